@@ -1,0 +1,5 @@
+"""`python -m fnserve` is the `fnserve` command."""
+
+from fnserve.cli import main
+
+main()

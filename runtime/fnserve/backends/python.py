@@ -1,0 +1,48 @@
+"""The Python backend: runs an `@model` function, or one instance of an `@model` class."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fnserve.model import InstanceContext, ModelDefinition
+from fnserve.types import Array, ParamValue
+
+
+class PythonBackend:
+    """Calls the user's code with inputs as keyword arguments.
+
+    Args:
+        definition: the decorated function or class.
+        context: which instance this is (a class is built here, once).
+    """
+
+    def __init__(self, definition: ModelDefinition[Any, Any], context: InstanceContext) -> None:
+        self._fn = definition.infer_callable(context)
+        call = self._fn if inspect.isroutine(self._fn) else getattr(self._fn, "__call__", self._fn)
+        self.is_async = inspect.iscoroutinefunction(call)
+        self._pass_parameters = definition.accepts_parameters()
+
+    def _kwargs(
+        self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
+    ) -> dict[str, Any]:
+        if self._pass_parameters:
+            return {**inputs, "parameters": list(parameters)}
+        return dict(inputs)
+
+    def execute(
+        self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
+    ) -> Any:
+        return self._fn(**self._kwargs(inputs, parameters))
+
+    async def aexecute(
+        self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
+    ) -> Any:
+        return await self._fn(**self._kwargs(inputs, parameters))
+
+    def unload(self) -> None:
+        owner = getattr(self._fn, "__self__", self._fn)  # the class instance, if any
+        close = None if inspect.isfunction(owner) else getattr(owner, "close", None)
+        if callable(close):
+            close()

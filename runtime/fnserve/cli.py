@@ -1,0 +1,81 @@
+"""The `fnserve` command line: parses options and hands over to the server (no logic here)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from fnserve import __version__
+from fnserve.config.server import ServerConfig
+from fnserve.errors import FnserveError
+from fnserve.logs import configure
+from fnserve.repository.discover import discover
+from fnserve.runtime import Runtime
+from fnserve.server.app import BoundPorts, serve
+
+
+@click.group()
+@click.version_option(__version__, prog_name="fnserve")
+def main() -> None:
+    """fnserve: serve Python inference functions over KServe v2 / Triton HTTP and gRPC."""
+
+
+@main.command("serve")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--http-port", default=8000, show_default=True, help="HTTP port (0: pick a free one).")
+@click.option("--grpc-port", default=8001, show_default=True, help="gRPC port (0: pick a free one).")
+@click.option("--metrics-port", default=8002, show_default=True, help="Metrics port (0: free one).")
+@click.option("--max-body-bytes", default=64 * 1024 * 1024, show_default=True,
+              help="Largest request body (HTTP) or message (gRPC) accepted.")
+@click.option("--shutdown-timeout", "shutdown_timeout_s", default=30.0, show_default=True,
+              help="Seconds in-flight requests may take to finish on SIGINT/SIGTERM.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(["text", "json"]))
+def serve_command(paths: tuple[Path, ...], log_format: str, **options: object) -> None:
+    """Serve the @model functions found in PATHS (Python files or folders)."""
+    configure(str(options["log_level"]), "json" if log_format == "json" else "text")
+    config = ServerConfig(log_format="json" if log_format == "json" else "text",
+                          **{k: v for k, v in options.items()})  # type: ignore[arg-type]
+    try:
+        runtime = Runtime(discover(paths))
+    except FnserveError as exc:
+        raise click.ClickException(exc.message) from exc
+    _run(_serve(runtime, config))
+
+
+async def _serve(runtime: Runtime, config: ServerConfig) -> None:
+    shutdown = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, shutdown.set)
+    await serve(runtime, config, shutdown, on_ready=lambda ports: _summary(runtime, ports))
+    click.echo("fnserve stopped", err=True)
+
+
+def _summary(runtime: Runtime, ports: BoundPorts) -> None:
+    lines = [f"fnserve {__version__} serving {len(runtime.repository_index())} model version(s):"]
+    for entry in runtime.repository_index():
+        reason = f" ({entry.reason})" if entry.reason else ""
+        lines.append(f"  {entry.name} v{entry.version}: {entry.state}{reason}")
+    lines += [
+        f"  HTTP     http://{ports.host}:{ports.http}  (KServe v2 REST, HTTP/1.1 and h2c)",
+        f"  gRPC     {ports.host}:{ports.grpc}  (inference.GRPCInferenceService)",
+        f"  metrics  http://{ports.host}:{ports.metrics}/metrics",
+    ]
+    click.echo("\n".join(lines), err=True)
+    sys.stderr.flush()
+
+
+def _run(coro: object) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional (not on Windows): plain asyncio then
+        asyncio.run(coro)  # type: ignore[arg-type]
+        return
+    uvloop.run(coro)  # type: ignore[arg-type]

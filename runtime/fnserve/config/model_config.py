@@ -1,0 +1,325 @@
+"""Model configuration: frozen records named after Triton's `model_config.proto`.
+
+Validation runs when a `ModelConfig` is built (that is, when `@model` runs at import time) and
+raises `ModelConfigError` naming the model, the field, the value and what is allowed.
+`ModelConfig.to_json()` gives the JSON form Triton serves at `/v2/models/{m}/config`; the gRPC
+frontend parses that same form into the protobuf message, so there is one source of truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fnserve.errors import ModelConfigError
+from fnserve.tensors import DATATYPES, config_type
+
+InstanceKind = Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU"]
+TimeoutAction = Literal["REJECT", "DELAY"]
+_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
+_ACTIONS = ("REJECT", "DELAY")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An input or output declaration.
+
+    Args:
+        name: tensor name on the wire.
+        datatype: protocol name: BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, BYTES, BF16.
+        dims: shape without the batch dimension when max_batch_size > 0; -1 means any size.
+        optional: (inputs only) the request may leave it out.
+
+    Example:
+        `Tensor("INPUT0", "FP32", [-1])`
+    """
+
+    name: str
+    datatype: str
+    dims: Sequence[int]
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dims", tuple(self.dims))
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Triton's ModelQueuePolicy: how long a request may wait and how many may wait.
+
+    Args:
+        timeout_action: REJECT fails a request whose timeout expired; DELAY runs it after the
+            others.
+        default_timeout_microseconds: 0 means no timeout.
+        allow_timeout_override: a request's `timeout` parameter may shorten the default.
+        max_queue_size: requests beyond this many waiting are rejected at once; 0 = unbounded.
+    """
+
+    timeout_action: TimeoutAction = "REJECT"
+    default_timeout_microseconds: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    """Triton's dynamic batcher settings.
+
+    Args:
+        preferred_batch_size: batch sizes to dispatch as soon as they can be formed.
+        max_queue_delay_microseconds: how long a request may wait for a batch to fill.
+        preserve_ordering: responses leave in the order requests arrived.
+        priority_levels: number of levels (1 is the highest); 0 disables priorities.
+        default_priority_level: level of requests that give no (or an out-of-range) priority.
+        default_queue_policy: queue policy for every level without its own.
+        priority_queue_policy: per-level queue policies.
+    """
+
+    preferred_batch_size: Sequence[int] = ()
+    max_queue_delay_microseconds: int = 0
+    preserve_ordering: bool = False
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    default_queue_policy: QueuePolicy = field(default_factory=QueuePolicy)
+    priority_queue_policy: Mapping[int, QueuePolicy] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "preferred_batch_size", tuple(self.preferred_batch_size))
+        object.__setattr__(self, "priority_queue_policy", dict(self.priority_queue_policy))
+
+    def queue_policy(self, level: int) -> QueuePolicy:
+        """The policy that governs priority `level`."""
+        return self.priority_queue_policy.get(level, self.default_queue_policy)
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """Triton's instance group: `count` instances of the model on each device of `kind`.
+
+    Args:
+        count: instances per device (per GPU listed in `gpus` for KIND_GPU).
+        kind: KIND_CPU, KIND_GPU, or KIND_AUTO (GPU when one exists, else CPU).
+        gpus: GPU indices for KIND_GPU; empty means every visible GPU.
+        name: group name; defaults to `<model>_<index>`.
+    """
+
+    count: int = 1
+    kind: InstanceKind = "KIND_AUTO"
+    gpus: Sequence[int] = ()
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", tuple(self.gpus))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything fnserve knows about one model version; validated on construction.
+
+    Raises:
+        ModelConfigError: a field holds a value Triton would refuse.
+    """
+
+    name: str
+    inputs: Sequence[Tensor]
+    outputs: Sequence[Tensor]
+    version: int = 1
+    max_batch_size: int = 0
+    dynamic_batching: DynamicBatching | None = None
+    instance_group: Sequence[InstanceGroup] = (InstanceGroup(),)
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    backend: str = "python"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "instance_group", tuple(self.instance_group))
+        object.__setattr__(self, "parameters", dict(self.parameters))
+        _ConfigValidator(self).validate()
+
+    @property
+    def batching(self) -> bool:
+        """Whether requests carry a leading batch dimension."""
+        return self.max_batch_size > 0
+
+    def input(self, name: str) -> Tensor | None:
+        """The input declaration called `name`, if any."""
+        return next((t for t in self.inputs if t.name == name), None)
+
+    def full_shape(self, tensor: Tensor) -> list[int]:
+        """Shape as clients see it: `[-1] + dims` when batching, else `dims`."""
+        return [-1, *tensor.dims] if self.batching else list(tensor.dims)
+
+    def metadata(self, versions: Sequence[str]) -> dict[str, Any]:
+        """The KServe v2 model metadata document."""
+        return {
+            "name": self.name,
+            "versions": list(versions),
+            "platform": self.backend,
+            "inputs": [self._tensor_metadata(t) for t in self.inputs],
+            "outputs": [self._tensor_metadata(t) for t in self.outputs],
+        }
+
+    def _tensor_metadata(self, tensor: Tensor) -> dict[str, Any]:
+        return {"name": tensor.name, "datatype": tensor.datatype, "shape": self.full_shape(tensor)}
+
+    def to_json(self) -> dict[str, Any]:
+        """Triton's JSON form of this config (proto field names, `TYPE_*` datatypes)."""
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "platform": "",
+            "backend": self.backend,
+            "version_policy": {"specific": {"versions": [self.version]}},
+            "max_batch_size": self.max_batch_size,
+            "input": [_input_json(t) for t in self.inputs],
+            "output": [_output_json(t) for t in self.outputs],
+            "instance_group": [
+                _group_json(self.name, i, g) for i, g in enumerate(self.instance_group)
+            ],
+            "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
+        }
+        if self.dynamic_batching is not None:
+            doc["dynamic_batching"] = _batching_json(self.dynamic_batching)
+        return doc
+
+
+def _input_json(t: Tensor) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "data_type": config_type(t.datatype),
+        "format": "FORMAT_NONE",
+        "dims": list(t.dims),
+        "optional": t.optional,
+    }
+
+
+def _output_json(t: Tensor) -> dict[str, Any]:
+    return {"name": t.name, "data_type": config_type(t.datatype), "dims": list(t.dims)}
+
+
+def _group_json(model: str, index: int, g: InstanceGroup) -> dict[str, Any]:
+    return {"name": g.name or f"{model}_{index}", "kind": g.kind, "count": g.count,
+            "gpus": list(g.gpus)}
+
+
+def _policy_json(p: QueuePolicy) -> dict[str, Any]:
+    return {
+        "timeout_action": p.timeout_action,
+        "default_timeout_microseconds": p.default_timeout_microseconds,
+        "allow_timeout_override": p.allow_timeout_override,
+        "max_queue_size": p.max_queue_size,
+    }
+
+
+def _batching_json(b: DynamicBatching) -> dict[str, Any]:
+    return {
+        "preferred_batch_size": list(b.preferred_batch_size),
+        "max_queue_delay_microseconds": b.max_queue_delay_microseconds,
+        "preserve_ordering": b.preserve_ordering,
+        "priority_levels": b.priority_levels,
+        "default_priority_level": b.default_priority_level,
+        "default_queue_policy": _policy_json(b.default_queue_policy),
+        "priority_queue_policy": {
+            str(level): _policy_json(p) for level, p in b.priority_queue_policy.items()
+        },
+    }
+
+
+class _ConfigValidator:
+    """Checks one ModelConfig; every message names the model, the field and the value."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.config = config
+
+    def fail(self, detail: str) -> None:
+        raise ModelConfigError(f"model '{self.config.name}': {detail}")
+
+    def validate(self) -> None:
+        c = self.config
+        if not isinstance(c.name, str) or not c.name or "/" in c.name:
+            raise ModelConfigError(f"model name must be a non-empty string without '/', got {c.name!r}")
+        if isinstance(c.version, bool) or not isinstance(c.version, int) or c.version < 1:
+            self.fail(f"version must be an integer >= 1, got {c.version!r}")
+        if isinstance(c.max_batch_size, bool) or not isinstance(c.max_batch_size, int) or c.max_batch_size < 0:
+            self.fail(f"max_batch_size must be an integer >= 0, got {c.max_batch_size!r}")
+        self._tensors("inputs", c.inputs)
+        self._tensors("outputs", c.outputs)
+        for group in c.instance_group:
+            self._group(group)
+        if c.dynamic_batching is not None:
+            self._batching(c.dynamic_batching)
+        for key, value in c.parameters.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                self.fail(f"parameters must map strings to strings, got {key!r}: {value!r}")
+
+    def _tensors(self, field_name: str, tensors: Sequence[Tensor]) -> None:
+        if not tensors:
+            self.fail(f"{field_name} must declare at least one tensor")
+        seen: set[str] = set()
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                self.fail(f"{field_name} must hold Tensor(...) declarations, got {t!r}")
+            if not t.name or t.name in seen:
+                self.fail(f"{field_name}: tensor names must be unique and non-empty, got {t.name!r}")
+            seen.add(t.name)
+            if t.datatype not in DATATYPES:
+                self.fail(
+                    f"{field_name} '{t.name}': datatype {t.datatype!r} is not one of "
+                    f"{', '.join(DATATYPES)}"
+                )
+            if not t.dims or any(isinstance(d, bool) or not isinstance(d, int) or d < -1 for d in t.dims):
+                self.fail(
+                    f"{field_name} '{t.name}': dims must be a non-empty list of integers >= -1, "
+                    f"got {list(t.dims)}"
+                )
+            if field_name == "outputs" and t.optional:
+                self.fail(f"output '{t.name}': only inputs can be optional")
+
+    def _group(self, g: InstanceGroup) -> None:
+        if not isinstance(g, InstanceGroup):
+            self.fail(f"instance_group must hold InstanceGroup(...) entries, got {g!r}")
+        if isinstance(g.count, bool) or not isinstance(g.count, int) or g.count < 1:
+            self.fail(f"instance_group count must be an integer >= 1, got {g.count!r}")
+        if g.kind not in _KINDS:
+            self.fail(f"instance_group kind must be one of {', '.join(_KINDS)}, got {g.kind!r}")
+        if g.gpus and g.kind == "KIND_CPU":
+            self.fail(f"instance_group gpus {list(g.gpus)} given for KIND_CPU; use KIND_GPU")
+        if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in g.gpus):
+            self.fail(f"instance_group gpus must be GPU indices >= 0, got {list(g.gpus)}")
+
+    def _batching(self, b: DynamicBatching) -> None:
+        c = self.config
+        if not isinstance(b, DynamicBatching):
+            self.fail(f"dynamic_batching must be DynamicBatching(...), got {b!r}")
+        if not c.batching:
+            self.fail("dynamic_batching needs max_batch_size >= 1")
+        for size in b.preferred_batch_size:
+            if not isinstance(size, int) or not 1 <= size <= c.max_batch_size:
+                self.fail(
+                    f"preferred_batch_size {size!r} must be between 1 and max_batch_size "
+                    f"{c.max_batch_size}"
+                )
+        if not isinstance(b.max_queue_delay_microseconds, int) or b.max_queue_delay_microseconds < 0:
+            self.fail(f"max_queue_delay_microseconds must be >= 0, got {b.max_queue_delay_microseconds!r}")
+        if not isinstance(b.priority_levels, int) or b.priority_levels < 0:
+            self.fail(f"priority_levels must be >= 0, got {b.priority_levels!r}")
+        levels = b.priority_levels
+        if levels and not 1 <= b.default_priority_level <= levels:
+            self.fail(
+                f"default_priority_level {b.default_priority_level!r} must be between 1 and "
+                f"priority_levels {levels}"
+            )
+        for level, policy in b.priority_queue_policy.items():
+            if not levels or not 1 <= level <= levels:
+                self.fail(f"priority_queue_policy level {level!r} is outside 1..{levels}")
+            self._policy(policy)
+        self._policy(b.default_queue_policy)
+
+    def _policy(self, p: QueuePolicy) -> None:
+        if not isinstance(p, QueuePolicy):
+            self.fail(f"queue policy must be QueuePolicy(...), got {p!r}")
+        if p.timeout_action not in _ACTIONS:
+            self.fail(f"timeout_action must be REJECT or DELAY, got {p.timeout_action!r}")
+        if p.default_timeout_microseconds < 0 or p.max_queue_size < 0:
+            self.fail("default_timeout_microseconds and max_queue_size must be >= 0")

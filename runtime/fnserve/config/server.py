@@ -1,0 +1,44 @@
+"""Server settings: ports, limits, logging; built from CLI options or a mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from fnserve.errors import ModelConfigError
+
+LogFormat = Literal["text", "json"]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How `fnserve serve` listens and behaves.
+
+    Args:
+        host: address every frontend binds.
+        http_port, grpc_port, metrics_port: 0 picks a free port (reported after binding).
+        max_body_bytes: largest accepted request body (HTTP) or message (gRPC).
+        shutdown_timeout_s: how long in-flight requests may take to finish on SIGINT/SIGTERM.
+        log_level, log_format: logging setup.
+    """
+
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    max_body_bytes: int = 64 * 1024 * 1024
+    shutdown_timeout_s: float = 30.0
+    log_level: str = "INFO"
+    log_format: LogFormat = "text"
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
+        """Build from a mapping, rejecting unknown keys with the list of known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ModelConfigError(
+                f"unknown server setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        return cls(**values)

@@ -1,0 +1,103 @@
+"""The one error hierarchy of fnserve; frontends map each class to an HTTP status and gRPC code.
+
+```
+FnserveError                      (.message; unmapped -> 500 / INTERNAL)
+├── InvalidInputError             400 / INVALID_ARGUMENT   bad shape, datatype, size, body
+│   └── PayloadTooLargeError      413 / RESOURCE_EXHAUSTED  body over the configured limit
+├── ModelNotFoundError            404 / NOT_FOUND          unknown model or version
+├── ModelNotReadyError            503 / UNAVAILABLE        known but not READY
+├── UnavailableError              503 / UNAVAILABLE
+│   ├── QueueFullError            queue policy max_queue_size reached
+│   └── RequestTimeoutError       waited in the queue past its timeout (Triton answers UNAVAILABLE)
+├── CancelledError                400 / CANCELLED          the client went away
+├── UnsupportedError              501 / UNIMPLEMENTED      a feature fnserve does not offer
+├── ModelExecutionError           500 / INTERNAL           the model raised (wraps the cause)
+├── ModelConfigError              raised at import time: a bad `@model` declaration
+└── RepositoryError               500 / INTERNAL           load/unload failures
+```
+"""
+
+from __future__ import annotations
+
+
+class FnserveError(Exception):
+    """Base class: every error fnserve raises on purpose.
+
+    Args:
+        message: one sentence, lower-case start, no trailing period, the same on HTTP and gRPC.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class InvalidInputError(FnserveError):
+    """The request does not match the model (shape, datatype, size) or is malformed."""
+
+
+class PayloadTooLargeError(InvalidInputError):
+    """The request body is larger than the server accepts."""
+
+
+class ModelNotFoundError(FnserveError):
+    """No model (or version of it) with that name is known."""
+
+
+class ModelNotReadyError(FnserveError):
+    """The model is known but not in the READY state."""
+
+
+class UnavailableError(FnserveError):
+    """The server cannot take this request now; retrying later may succeed."""
+
+
+class QueueFullError(UnavailableError):
+    """The model's queue is at its `max_queue_size`."""
+
+
+class RequestTimeoutError(UnavailableError):
+    """The request waited in the queue longer than its timeout."""
+
+
+class CancelledError(FnserveError):
+    """The request was cancelled, usually because its client disconnected."""
+
+
+class UnsupportedError(FnserveError):
+    """The request asks for something fnserve does not implement."""
+
+
+class ModelExecutionError(FnserveError):
+    """The model's own code raised; the cause is chained with `raise ... from exc`."""
+
+
+class ModelConfigError(FnserveError):
+    """A model declaration is invalid (raised when the `@model` decorator runs)."""
+
+
+class RepositoryError(FnserveError):
+    """Loading or unloading a model failed."""
+
+
+__all__ = [
+    "CancelledError",
+    "FnserveError",
+    "InvalidInputError",
+    "ModelConfigError",
+    "ModelExecutionError",
+    "ModelNotFoundError",
+    "ModelNotReadyError",
+    "PayloadTooLargeError",
+    "QueueFullError",
+    "RepositoryError",
+    "RequestTimeoutError",
+    "UnavailableError",
+    "UnsupportedError",
+]

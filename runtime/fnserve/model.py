@@ -1,0 +1,154 @@
+"""The `@model` decorator: declare a Python function or class as a servable model.
+
+```python
+@model(inputs=[Tensor("INPUT0", "FP32", [-1])], outputs=[Tensor("OUTPUT0", "FP32", [-1])],
+       max_batch_size=64, dynamic_batching=DynamicBatching())
+def identity(INPUT0: np.ndarray) -> dict[str, np.ndarray]:
+    return {"OUTPUT0": INPUT0}
+```
+The decorated object stays callable exactly as before (so it can be unit-tested in-process) and
+carries its validated `ModelConfig` in `.config`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from fnserve.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, Tensor
+from fnserve.errors import ModelConfigError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class InstanceContext:
+    """What a model instance is told when it is built (passed to a class's `__init__`).
+
+    Args:
+        model_name, model_version: the model this instance serves.
+        instance_index: 0-based index among the model's instances.
+        kind: KIND_CPU or KIND_GPU.
+        device: "cpu" or "cuda:<index>".
+        parameters: the model's free-form `parameters`.
+    """
+
+    model_name: str
+    model_version: int
+    instance_index: int
+    kind: str
+    device: str
+    parameters: Mapping[str, str]
+
+
+class ModelDefinition(Generic[P, R]):
+    """A function or class declared with `@model`; calling it calls the original."""
+
+    def __init__(self, target: Callable[P, R], config: ModelConfig) -> None:
+        self.target = target
+        self.config = config
+        self.is_class = inspect.isclass(target)
+        self.__wrapped__ = target
+        self.__doc__ = target.__doc__
+        self.__name__ = getattr(target, "__name__", config.name)
+        self.__module__ = getattr(target, "__module__", __name__)
+        _check_signature(self)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.target(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<model {self.config.name!r} v{self.config.version} -> {self.target!r}>"
+
+    def infer_callable(self, context: InstanceContext) -> Callable[..., Any]:
+        """The callable one instance runs: the function itself, or a new object's `__call__`."""
+        if not self.is_class:
+            return self.target
+        init_params = inspect.signature(self.target).parameters
+        instance: Any = self.target(context) if init_params else self.target()  # type: ignore[call-arg]
+        return _instance_method(instance)
+
+    def accepts_parameters(self) -> bool:
+        """Whether the callable takes a `parameters` keyword (request parameters, one per request)."""
+        fn = self.target.__call__ if self.is_class else self.target  # type: ignore[operator]
+        return "parameters" in inspect.signature(fn).parameters
+
+
+def _instance_method(instance: Any) -> Callable[..., Any]:
+    method = getattr(instance, "infer", None)
+    return method if callable(method) else instance  # type: ignore[no-any-return]
+
+
+def _check_signature(definition: ModelDefinition[Any, Any]) -> None:
+    """Fail at import time when the callable cannot take the declared inputs as keywords."""
+    config = definition.config
+    fn: Any = definition.target
+    if definition.is_class:
+        fn = getattr(fn, "infer", None) or getattr(fn, "__call__", None)
+        if fn is None or fn is object.__call__:
+            raise ModelConfigError(f"model '{config.name}': the class needs an `infer` or `__call__` method")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # builtins and C callables: nothing to check
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    names = [t.name for t in config.inputs]
+    unknown = [n for n in names if n not in params]
+    if unknown:
+        raise ModelConfigError(
+            f"model '{config.name}': the function does not accept input(s) {', '.join(unknown)} "
+            f"as keyword arguments; name its parameters after the inputs or add **inputs"
+        )
+
+
+def model(
+    *,
+    inputs: Sequence[Tensor],
+    outputs: Sequence[Tensor],
+    name: str | None = None,
+    version: int = 1,
+    max_batch_size: int = 0,
+    dynamic_batching: DynamicBatching | None = None,
+    instance_group: Sequence[InstanceGroup] | None = None,
+    parameters: Mapping[str, str] | None = None,
+) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]:
+    """Declare a servable model.
+
+    The callable receives each input as a keyword argument named after it (numpy arrays, batch
+    dimension first when `max_batch_size > 0`; BYTES as object arrays of bytes) and returns a
+    dict of outputs, or a single array when there is one output. It may be `async`. A class is
+    built once per instance (its `__init__` may take an `InstanceContext`) and called through
+    its `infer` method or `__call__`.
+
+    Args:
+        inputs, outputs: tensor declarations.
+        name: model name on the wire; defaults to the function's or class's name.
+        version: version number (>= 1).
+        max_batch_size: 0 disables batching; otherwise the largest batch the model accepts.
+        dynamic_batching: merge concurrent requests into batches (needs max_batch_size >= 1).
+        instance_group: how many instances run, and where; default one, CPU or GPU.
+        parameters: free-form string settings, visible in the config and `InstanceContext`.
+
+    Raises:
+        ModelConfigError: when the declaration is invalid (at import time).
+    """
+
+    def decorate(target: Callable[P, R]) -> ModelDefinition[P, R]:
+        config = ModelConfig(
+            name=name or getattr(target, "__name__", ""),
+            inputs=inputs,
+            outputs=outputs,
+            version=version,
+            max_batch_size=max_batch_size,
+            dynamic_batching=dynamic_batching,
+            instance_group=tuple(instance_group) if instance_group else (InstanceGroup(),),
+            parameters=parameters or {},
+        )
+        return ModelDefinition(target, config)
+
+    return decorate

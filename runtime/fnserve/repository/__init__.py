@@ -1,0 +1,1 @@
+"""Model discovery, lifecycle (load / unload) and the registry of served models."""

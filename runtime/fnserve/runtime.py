@@ -1,0 +1,267 @@
+"""Runtime: the in-process facade of the core (infer, load, unload, metadata, statistics).
+
+Frontends translate wire formats to `InferRequest` and call `Runtime.infer`; ensembles and
+business-logic functions call it the same way (through the `ModelCaller` protocol).
+
+Example:
+    ```python
+    runtime = Runtime([identity])
+    await runtime.start()
+    response = await runtime.infer(InferRequest("identity", (InferInput("INPUT0", "FP32", x),)))
+    await runtime.aclose()
+    ```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from fnserve import __version__
+from fnserve.config.model_config import ModelConfig
+from fnserve.errors import (
+    CancelledError,
+    FnserveError,
+    InvalidInputError,
+    ModelExecutionError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    RepositoryError,
+    UnavailableError,
+)
+from fnserve.model import ModelDefinition
+from fnserve.repository.lifecycle import ModelVersion
+from fnserve.scheduling.request import prepare
+from fnserve.types import IndexEntry, InferOutput, InferRequest, InferResponse
+
+log = logging.getLogger(__name__)
+
+EXTENSIONS = (
+    "model_configuration",
+    "statistics",
+    "model_repository",
+    "binary_tensor_data",
+    "parameters",
+    "schedule_policy",
+)
+
+
+class Runtime:
+    """Serves a set of model definitions in this process.
+
+    Args:
+        definitions: `@model` definitions; several versions of one name are allowed.
+
+    Raises:
+        RepositoryError: two definitions share a name and version.
+    """
+
+    def __init__(self, definitions: Iterable[ModelDefinition[Any, Any]] = ()) -> None:
+        self._models: dict[str, dict[str, ModelVersion]] = {}
+        self._started = False
+        self._closing = False
+        self._inflight = 0
+        self._idle: asyncio.Event | None = None
+        for definition in definitions:
+            self.add(definition)
+
+    def add(self, definition: ModelDefinition[Any, Any]) -> None:
+        """Register a definition (loaded by `start` or `load_model`)."""
+        config = definition.config
+        versions = self._models.setdefault(config.name, {})
+        key = str(config.version)
+        if key in versions:
+            raise RepositoryError(f"model '{config.name}' version {key} is defined twice")
+        versions[key] = ModelVersion(definition)
+
+    async def start(self) -> None:
+        """Load every registered model; one failing model does not stop the others."""
+        for name in list(self._models):
+            try:
+                await self.load_model(name)
+            except RepositoryError:
+                pass  # the reason is in the repository index and the log
+        self._started = True
+
+    def stop_accepting(self) -> None:
+        """Refuse new requests (UNAVAILABLE) from now on; requests in flight carry on."""
+        self._closing = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request is in flight; False if `timeout_s` passed first."""
+        if not self._inflight:
+            return True
+        self._idle = self._idle or asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        """Unload everything, letting queued and running requests finish first."""
+        self._closing = True
+        await asyncio.gather(*(v.unload() for vs in self._models.values() for v in vs.values()))
+
+    # -- health and metadata -------------------------------------------------------------
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "fnserve", "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def is_live(self) -> bool:
+        return True
+
+    def is_ready(self) -> bool:
+        return self._started and not self._closing
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            return self._version(name, version, need_ready=False).ready
+        except FnserveError:
+            return False
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self._version(name, version, need_ready=False)
+        if version:
+            versions = [model.version]
+        else:
+            versions = [v.version for v in self._sorted(name) if v.ready] or [model.version]
+        return model.config.metadata(versions)
+
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        return self._version(name, version, need_ready=False).config
+
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics document for one model (or every model when `name` is "")."""
+        if not name:
+            stats = [v.stats.to_json() for n in sorted(self._models) for v in self._sorted(n)]
+            return {"model_stats": stats}
+        if name not in self._models:
+            raise InvalidInputError(f"requested model '{name}' is not available")
+        versions = self._sorted(name)
+        if version:
+            versions = [v for v in versions if v.version == version]
+            if not versions:
+                raise InvalidInputError(
+                    f"requested model '{name}' version {version} is not available"
+                )
+        return {"model_stats": [v.stats.to_json() for v in versions]}
+
+    def repository_index(self, ready: bool = False) -> list[IndexEntry]:
+        entries = [
+            IndexEntry(name, v.version, v.state, v.reason)
+            for name in sorted(self._models)
+            for v in self._sorted(name)
+        ]
+        return [e for e in entries if e.state == "READY"] if ready else entries
+
+    def version_stats(self) -> list[Any]:
+        """Every version's live statistics record (for the metrics exporter)."""
+        return [v.stats for vs in self._models.values() for v in vs.values()]
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def load_model(self, name: str) -> None:
+        """Load (or reload) every version of `name`.
+
+        Raises:
+            RepositoryError: unknown model, or a version failed to load.
+        """
+        if name not in self._models:
+            raise RepositoryError(f"failed to load '{name}', no version is available")
+        errors = []
+        for model in self._sorted(name):
+            try:
+                await model.load()
+            except RepositoryError as exc:
+                errors.append(exc.message)
+        if errors:
+            raise RepositoryError("; ".join(errors))
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload every version of `name`; an unknown name is not an error (as in Triton)."""
+        del unload_dependents  # fnserve has no ensembles yet, so nothing depends on a model
+        for model in self._sorted(name):
+            await model.unload()
+
+    # -- inference -----------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Run one request through the model's scheduler.
+
+        Raises:
+            ModelNotFoundError, ModelNotReadyError, InvalidInputError, UnavailableError,
+            ModelExecutionError: see `fnserve.errors`.
+        """
+        if self._closing:
+            raise UnavailableError("the server is shutting down")
+        model = self._version(request.model_name, request.model_version, need_ready=True)
+        start_ns = time.perf_counter_ns()
+        stats = model.stats
+        self._inflight += 1
+        try:
+            entry = prepare(model.config, request)
+            model.submit_nowait(entry)
+            stats.pending += 1
+            try:
+                outputs = await entry.future
+            finally:
+                stats.pending -= 1
+        except BaseException as exc:
+            stats.record_failure(_failure_reason(exc), time.perf_counter_ns() - start_ns)
+            raise
+        finally:
+            self._inflight -= 1
+            if not self._inflight and self._idle is not None:
+                self._idle.set()
+        stats.record_success(time.perf_counter_ns() - start_ns)
+        return _response(model, request, outputs)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _sorted(self, name: str) -> list[ModelVersion]:
+        versions = self._models.get(name, {})
+        return [versions[k] for k in sorted(versions, key=int)]
+
+    def _version(self, name: str, version: str, need_ready: bool) -> ModelVersion:
+        versions = self._models.get(name)
+        if not versions:
+            raise ModelNotFoundError(f"unknown model '{name}'")
+        if version:
+            model = versions.get(version)
+            if model is None:
+                raise ModelNotFoundError(f"unknown version {version} of model '{name}'")
+        else:
+            ready = [v for v in self._sorted(name) if v.ready]
+            model = ready[-1] if ready else self._sorted(name)[-1]
+        if need_ready and not model.ready:
+            reason = f": {model.reason}" if model.reason else ""
+            raise ModelNotReadyError(
+                f"model '{name}' version {model.version} is not ready ({model.state}{reason})"
+            )
+        return model
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, UnavailableError):
+        return "REJECTED"
+    if isinstance(exc, asyncio.CancelledError | CancelledError):
+        return "CANCELED"
+    if isinstance(exc, ModelExecutionError):
+        return "BACKEND"
+    return "OTHER"
+
+
+def _response(model: ModelVersion, request: InferRequest, outputs: dict[str, Any]) -> InferResponse:
+    config = model.config
+    names = request.outputs if request.outputs is not None else [t.name for t in config.outputs]
+    datatypes = {t.name: t.datatype for t in config.outputs}
+    return InferResponse(
+        model_name=config.name,
+        model_version=model.version,
+        id=request.id,
+        outputs=tuple(InferOutput(n, datatypes[n], outputs[n]) for n in names),
+    )

@@ -1,0 +1,1 @@
+"""Scheduling: validated pending requests, the priority queue, the dynamic batcher, instances."""

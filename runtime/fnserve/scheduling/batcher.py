@@ -1,0 +1,136 @@
+"""Dynamic batching: a pure policy that picks the next batch, and the async loop that drives it.
+
+The policy (`BatchPolicy.next_batch`) sees the queue and the clock and answers "run these now"
+or "wait until t"; it never sleeps, so it is tested without timers. `Batcher` is the thin loop
+around it: it waits for a free instance, asks the policy, and hands batches to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from fnserve.config.model_config import ModelConfig
+from fnserve.scheduling.pool import InstancePool
+from fnserve.scheduling.queue import RequestQueue
+from fnserve.scheduling.request import PendingRequest
+
+log = logging.getLogger(__name__)
+_FAR_FUTURE_NS = 1 << 62
+
+
+class Decision(NamedTuple):
+    """What the policy wants: a batch to run now, or the time (ns) to look again."""
+
+    batch: list[PendingRequest]
+    wait_until_ns: int | None = None
+
+
+class BatchPolicy:
+    """Triton's dynamic-batching rules for one model.
+
+    - a batch never exceeds `max_batch_size` rows, and only merges requests whose non-batch
+      dimensions match (it stops at the first request that does not fit, keeping order);
+    - it runs at once when full, when it reaches a preferred size, or when the oldest request
+      has waited `max_queue_delay_microseconds`; otherwise it waits for more requests;
+    - without dynamic batching every request runs alone.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        batching = config.dynamic_batching
+        self.max_rows = max(config.max_batch_size, 1)
+        self.max_requests = 1 if batching is None else self.max_rows
+        self.preferred = frozenset(batching.preferred_batch_size if batching else ())
+        self.max_delay_ns = batching.max_queue_delay_microseconds * 1000 if batching else 0
+
+    def next_batch(self, candidates: Iterable[PendingRequest], now_ns: int) -> Decision:
+        """Choose from `candidates` (live requests in priority order)."""
+        batch: list[PendingRequest] = []
+        rows = 0
+        best_preferred = 0  # length of the longest prefix whose rows are a preferred size
+        for entry in candidates:
+            if batch and (
+                entry.shape_key != batch[0].shape_key
+                or rows + entry.rows > self.max_rows
+                or len(batch) >= self.max_requests
+            ):
+                return Decision(batch)  # blocked: more waiting cannot grow this batch
+            batch.append(entry)
+            rows += entry.rows
+            if rows in self.preferred:
+                best_preferred = len(batch)
+            if rows >= self.max_rows or len(batch) >= self.max_requests:
+                return Decision(batch)
+        if not batch:
+            return Decision([])
+        if best_preferred:
+            return Decision(batch[:best_preferred])
+        deadline = batch[0].enqueued_ns + self.max_delay_ns
+        if now_ns >= deadline:
+            return Decision(batch)
+        return Decision([], deadline)
+
+
+class Batcher:
+    """The loop that feeds one model's instances from its queue."""
+
+    def __init__(self, config: ModelConfig, pool: InstancePool) -> None:
+        self._policy = BatchPolicy(config)
+        self._pool = pool
+        self._wakeup = asyncio.Event()
+        self.queue = RequestQueue(config.name, config.dynamic_batching, self._wakeup.set)
+        self._task: asyncio.Task[None] | None = None
+        self._flushing = False
+
+    def flush(self) -> None:
+        """From now on dispatch without waiting for batches to fill (used while unloading)."""
+        self._flushing = True
+        self._wakeup.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="batcher")
+
+    def submit_nowait(self, entry: PendingRequest) -> None:
+        """Queue a request; raises QueueFullError when the queue policy says so."""
+        self.queue.put_nowait(entry)
+
+    async def _run(self) -> None:
+        while True:
+            if not len(self.queue):
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            instance = await self._pool.acquire()
+            now_ns = _FAR_FUTURE_NS if self._flushing else time.perf_counter_ns()
+            decision = self._policy.next_batch(self.queue.ordered(), now_ns)
+            if decision.batch:
+                self.queue.remove(decision.batch)
+                self._pool.launch(instance, decision.batch)
+                continue
+            self._pool.release(instance)
+            await self._wait(decision.wait_until_ns)
+
+    async def _wait(self, until_ns: int | None) -> None:
+        """Sleep until a new request arrives or the policy's deadline passes."""
+        self._wakeup.clear()
+        if until_ns is None:
+            await self._wakeup.wait()
+            return
+        timeout_s = max(until_ns - time.perf_counter_ns(), 0) / 1e9
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    async def aclose(self) -> None:
+        """Stop the loop; queued requests are left to the caller (see RequestQueue.fail_all)."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None

@@ -1,0 +1,157 @@
+"""Run one batch on a backend: merge the requests' inputs, call, check and split the outputs.
+
+Output checks hold the model to its declaration (names, datatypes, shapes, batch rows), so a
+mistake in user code fails with a message that says what to fix, never with a broken response.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fnserve.backends.base import Backend
+from fnserve.config.model_config import ModelConfig, Tensor
+from fnserve.errors import FnserveError, ModelExecutionError
+from fnserve.scheduling.request import PendingRequest
+from fnserve.tensors import numpy_dtype
+from fnserve.types import Array
+
+log = logging.getLogger(__name__)
+
+
+class ExecutionTimes(NamedTuple):
+    """Durations of one execution, in ns (Triton's compute_input / infer / output)."""
+
+    input_ns: int
+    infer_ns: int
+    output_ns: int
+
+
+class BatchRunner:
+    """Executes batches for one model instance on its backend."""
+
+    def __init__(self, config: ModelConfig, backend: Backend) -> None:
+        self.config = config
+        self.backend = backend
+        self.is_async = backend.is_async
+        self._outputs = config.outputs
+        self._dtypes = {t.name: numpy_dtype(t.datatype) for t in config.outputs}
+
+    def run(self, batch: Sequence[PendingRequest]) -> tuple[list[dict[str, Array]], ExecutionTimes]:
+        """Synchronous path (on the instance thread)."""
+        t0 = time.perf_counter_ns()
+        inputs = merge_inputs(batch)
+        parameters = [e.parameters for e in batch]
+        t1 = time.perf_counter_ns()
+        with self._model_errors():
+            result = self.backend.execute(inputs, parameters)
+        t2 = time.perf_counter_ns()
+        results = self._split(batch, result)
+        return results, ExecutionTimes(t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
+
+    async def arun(
+        self, batch: Sequence[PendingRequest]
+    ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
+        """Async path (on the event loop) for `async def` models."""
+        t0 = time.perf_counter_ns()
+        inputs = merge_inputs(batch)
+        parameters = [e.parameters for e in batch]
+        t1 = time.perf_counter_ns()
+        with self._model_errors():
+            result = await self.backend.aexecute(inputs, parameters)
+        t2 = time.perf_counter_ns()
+        results = self._split(batch, result)
+        return results, ExecutionTimes(t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
+
+    def _model_errors(self) -> _ModelErrors:
+        return _ModelErrors(self.config.name)
+
+    def _split(self, batch: Sequence[PendingRequest], result: Any) -> list[dict[str, Array]]:
+        outputs = self._check_outputs(result, sum(e.rows for e in batch))
+        if len(batch) == 1:
+            return [outputs]
+        results: list[dict[str, Array]] = [{} for _ in batch]
+        offsets = np.cumsum([e.rows for e in batch])[:-1]
+        for name, array in outputs.items():
+            for i, part in enumerate(np.split(array, offsets)):
+                results[i][name] = part
+        return results
+
+    def _check_outputs(self, result: Any, rows: int) -> dict[str, Array]:
+        name = self.config.name
+        if not isinstance(result, Mapping):
+            if len(self._outputs) != 1:
+                raise ModelExecutionError(
+                    f"model '{name}' returned {type(result).__name__}; with several outputs it "
+                    f"must return a dict of {', '.join(t.name for t in self._outputs)}"
+                )
+            result = {self._outputs[0].name: result}
+        outputs: dict[str, Array] = {}
+        for spec in self._outputs:
+            if spec.name not in result:
+                raise ModelExecutionError(f"model '{name}' did not return output '{spec.name}'")
+            outputs[spec.name] = self._check_output(spec, result[spec.name], rows)
+        return outputs
+
+    def _check_output(self, spec: Tensor, value: Any, rows: int) -> Array:
+        name = self.config.name
+        array = np.asarray(value)
+        expected = self._dtypes[spec.name]
+        if spec.datatype == "BYTES":
+            if array.dtype.kind not in "OSU":
+                raise ModelExecutionError(
+                    f"model '{name}' output '{spec.name}': expected BYTES (bytes or str "
+                    f"elements), got numpy dtype {array.dtype}"
+                )
+            array = array.astype(np.object_, copy=False)
+        elif array.dtype != expected:
+            raise ModelExecutionError(
+                f"model '{name}' output '{spec.name}': expected datatype {spec.datatype} "
+                f"(numpy {expected}), got numpy {array.dtype}"
+            )
+        shape = array.shape[1:] if self.config.batching else array.shape
+        if self.config.batching and (array.ndim == 0 or array.shape[0] != rows):
+            raise ModelExecutionError(
+                f"model '{name}' output '{spec.name}': expected {rows} rows in the batch "
+                f"dimension, got shape {list(array.shape)}"
+            )
+        if len(shape) != len(spec.dims) or any(
+            d != s and s != -1 for d, s in zip(shape, spec.dims)
+        ):
+            raise ModelExecutionError(
+                f"model '{name}' output '{spec.name}': expected shape "
+                f"{self.config.full_shape(spec)}, got {list(array.shape)}"
+            )
+        return array
+
+
+def merge_inputs(batch: Sequence[PendingRequest]) -> dict[str, Array]:
+    """Concatenate the requests' inputs along the batch dimension (no copy for one request)."""
+    if len(batch) == 1:
+        return batch[0].inputs
+    first = batch[0].inputs
+    return {name: np.concatenate([e.inputs[name] for e in batch]) for name in first}
+
+
+class _ModelErrors:
+    """Translate anything the user's code raises into ModelExecutionError, at one place."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or isinstance(exc, FnserveError) or not isinstance(exc, Exception):
+            return False
+        if isinstance(exc, MemoryError):
+            message = f"model '{self.model}' ran out of memory"
+        else:
+            message = f"model '{self.model}' raised {type(exc).__name__}: {exc}"
+        log.warning("%s", message, exc_info=exc)
+        raise ModelExecutionError(message) from exc

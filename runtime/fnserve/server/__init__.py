@@ -1,0 +1,1 @@
+"""Frontends (HTTP, gRPC, metrics) and the composition that runs them together."""

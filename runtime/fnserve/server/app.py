@@ -1,0 +1,90 @@
+"""Run the HTTP, gRPC and metrics frontends of one Runtime together, and stop them gracefully.
+
+Sockets are bound here (port 0 picks a free port) before anything serves, so callers learn
+the real ports at once. Shutdown: refuse new requests, let in-flight ones finish within
+`shutdown_timeout_s`, stop the frontends, then unload the models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+from typing import NamedTuple
+
+import grpclib.server
+
+from fnserve.config.server import ServerConfig
+from fnserve.runtime import Runtime
+from fnserve.server.grpc.service import grpc_services
+from fnserve.server.http.routes import http_app
+from fnserve.server.http.transport import serve_http
+from fnserve.server.metrics import metrics_app
+
+log = logging.getLogger(__name__)
+
+
+class BoundPorts(NamedTuple):
+    """Where the frontends listen."""
+
+    host: str
+    http: int
+    grpc: int
+    metrics: int
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (SO_REUSEADDR, so restarts do not wait for TIME_WAIT)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(
+    runtime: Runtime,
+    config: ServerConfig,
+    shutdown: asyncio.Event,
+    on_ready: Callable[[BoundPorts], None] | None = None,
+) -> None:
+    """Serve until `shutdown` is set, then drain and return.
+
+    Args:
+        runtime: the models to serve (started here, closed on the way out).
+        config: ports, limits and timeouts.
+        shutdown: set it to stop the server.
+        on_ready: called once every frontend listens, with the bound ports.
+    """
+    http_sock = bind(config.host, config.http_port)
+    grpc_sock = bind(config.host, config.grpc_port)
+    metrics_sock = bind(config.host, config.metrics_port)
+    ports = BoundPorts(
+        config.host,
+        http_sock.getsockname()[1],
+        grpc_sock.getsockname()[1],
+        metrics_sock.getsockname()[1],
+    )
+    await runtime.start()
+    grpc_server = grpclib.server.Server(grpc_services(runtime, config))
+    await grpc_server.start(sock=grpc_sock)
+    frontends_stop = asyncio.Event()
+    http_task = asyncio.create_task(serve_http(http_app(runtime, config), http_sock, config, frontends_stop))
+    metrics_task = asyncio.create_task(
+        serve_http(metrics_app(runtime), metrics_sock, config, frontends_stop)
+    )
+    if on_ready is not None:
+        on_ready(ports)
+    try:
+        await shutdown.wait()
+    finally:
+        runtime.stop_accepting()
+        if not await runtime.wait_idle(config.shutdown_timeout_s):
+            log.warning("shutdown: requests still running after %.1f s", config.shutdown_timeout_s)
+        grpc_server.close()
+        frontends_stop.set()
+        await asyncio.gather(grpc_server.wait_closed(), http_task, metrics_task, return_exceptions=True)
+        await runtime.aclose()

@@ -1,0 +1,122 @@
+"""Per-model-version statistics: the one record behind the statistics API and /metrics.
+
+Counters are plain integers updated on the event loop thread (no locks needed); the
+Prometheus collector and the statistics endpoints read the same record, so they agree.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# Upper bounds (µs) of the latency histogram buckets: 100 µs .. 60 s, roughly x2 apart.
+LATENCY_BUCKETS_US: tuple[float, ...] = (
+    100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000,
+    1_000_000, 2_000_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
+)  # fmt: skip
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+@dataclass
+class Duration:
+    """A cumulative {count, ns} pair, as Triton reports every duration."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class BatchStats:
+    """Executions of one batch size."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass
+class ModelStats:
+    """Everything counted for one model version since it was (re)loaded."""
+
+    name: str
+    version: str
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+    inference_count: int = 0
+    execution_count: int = 0
+    pending: int = 0
+    last_inference_ms: int = 0
+    batches: dict[int, BatchStats] = field(default_factory=dict)
+    latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_US) + 1))
+
+    def record_success(self, duration_ns: int) -> None:
+        self.success.add(duration_ns)
+        self.latency_buckets[bisect.bisect_left(LATENCY_BUCKETS_US, duration_ns / 1000)] += 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, reason: str, duration_ns: int) -> None:
+        self.fail.add(duration_ns)
+        self.failures[reason] += 1
+
+    def record_execution(self, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One model execution over `rows` batch rows."""
+        self.execution_count += 1
+        self.inference_count += rows
+        batch = self.batches.get(rows)
+        if batch is None:
+            batch = self.batches[rows] = BatchStats()
+        batch.compute_input.add(input_ns)
+        batch.compute_infer.add(infer_ns)
+        batch.compute_output.add(output_ns)
+
+    def record_request_compute(self, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """The share of one request: its queue wait and the durations of the batch it ran in."""
+        self.queue.add(queue_ns)
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        """Triton's ModelStatistics JSON form."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.to_json(),
+                "fail": self.fail.to_json(),
+                "queue": self.queue.to_json(),
+                "compute_input": self.compute_input.to_json(),
+                "compute_infer": self.compute_infer.to_json(),
+                "compute_output": self.compute_output.to_json(),
+                "cache_hit": Duration().to_json(),
+                "cache_miss": Duration().to_json(),
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": b.compute_input.to_json(),
+                    "compute_infer": b.compute_infer.to_json(),
+                    "compute_output": b.compute_output.to_json(),
+                }
+                for size, b in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }
