@@ -7,13 +7,16 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from fnserve.config.server import ServerConfig
 from fnserve.repository.discover import discover
 from fnserve.runtime import Runtime
-from fnserve.server.app import BoundPorts, serve
+
+if TYPE_CHECKING:
+    from fnserve.server.app import BoundPorts
 
 MODELS = Path(__file__).with_name("models.py")
 
@@ -49,6 +52,8 @@ class _ServerThread:
 
 def start_server(runtime: Runtime, config: ServerConfig | None = None) -> _ServerThread:
     """Start `serve()` on its own event loop thread; returns once every port listens."""
+    from fnserve.server.app import serve  # the frontends load only for tests that serve
+
     config = config or ServerConfig(http_port=0, grpc_port=0, metrics_port=0, shutdown_timeout_s=5)
     loop = asyncio.new_event_loop()
     shutdown = asyncio.Event()
@@ -91,3 +96,9 @@ def server() -> Iterator[RunningServer]:
         yield handle.server
     finally:
         stop_server(handle)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """grpclib and uvloop are asyncio-only, so every async test runs on asyncio."""
+    return "asyncio"

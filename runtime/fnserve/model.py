@@ -73,8 +73,11 @@ class ModelDefinition(Generic[P, R]):
 
     def accepts_parameters(self) -> bool:
         """Whether the callable takes a `parameters` keyword (request parameters, one per request)."""
-        fn = self.target.__call__ if self.is_class else self.target  # type: ignore[operator]
-        return "parameters" in inspect.signature(fn).parameters
+        fn = _class_entry_point(self.target) if self.is_class else self.target
+        try:
+            return "parameters" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            return False
 
 
 def _instance_method(instance: Any) -> Callable[..., Any]:
@@ -82,13 +85,21 @@ def _instance_method(instance: Any) -> Callable[..., Any]:
     return method if callable(method) else instance  # type: ignore[no-any-return]
 
 
+def _class_entry_point(cls: Any) -> Any:
+    """The class's `infer` or `__call__` (its own MRO: getattr finds `type.__call__`)."""
+    return next(
+        (vars(c)[m] for m in ("infer", "__call__") for c in cls.__mro__[:-1] if m in vars(c)),
+        None,
+    )
+
+
 def _check_signature(definition: ModelDefinition[Any, Any]) -> None:
     """Fail at import time when the callable cannot take the declared inputs as keywords."""
     config = definition.config
     fn: Any = definition.target
     if definition.is_class:
-        fn = getattr(fn, "infer", None) or getattr(fn, "__call__", None)
-        if fn is None or fn is object.__call__:
+        fn = _class_entry_point(fn)
+        if fn is None:
             raise ModelConfigError(f"model '{config.name}': the class needs an `infer` or `__call__` method")
     try:
         signature = inspect.signature(fn)
