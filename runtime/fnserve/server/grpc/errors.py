@@ -1,0 +1,66 @@
+"""The one table that maps fnserve's errors to gRPC status codes (see `fnserve.errors`).
+
+A mapped error keeps its message. Anything else is a bug: the client gets INTERNAL with a
+generic message (never a traceback or a file path) and the server logs the exception.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from google.protobuf.message import DecodeError
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from fnserve.errors import (
+    CancelledError,
+    InvalidInputError,
+    ModelExecutionError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    PayloadTooLargeError,
+    RepositoryError,
+    UnavailableError,
+    UnsupportedError,
+)
+
+log = logging.getLogger("fnserve.server.grpc")
+
+GENERIC_MESSAGE = "Internal Server Error"
+
+# Looked up along the exception's MRO, so subclasses (QueueFullError, PayloadTooLargeError)
+# take the entry of their nearest mapped ancestor.
+STATUS_BY_ERROR: dict[type[Exception], Status] = {
+    InvalidInputError: Status.INVALID_ARGUMENT,
+    PayloadTooLargeError: Status.RESOURCE_EXHAUSTED,
+    ModelNotFoundError: Status.NOT_FOUND,
+    ModelNotReadyError: Status.UNAVAILABLE,
+    UnavailableError: Status.UNAVAILABLE,
+    CancelledError: Status.CANCELLED,
+    UnsupportedError: Status.UNIMPLEMENTED,
+    ModelExecutionError: Status.INTERNAL,
+    RepositoryError: Status.INTERNAL,
+    # protobuf could not parse the request: the client sent a malformed message.
+    DecodeError: Status.INVALID_ARGUMENT,
+}
+
+
+def status_of(exc: BaseException) -> tuple[Status, str]:
+    """The gRPC status and message for an exception raised while serving an RPC.
+
+    Unmapped exceptions are logged with their traceback and answered generically.
+    """
+    for cls in type(exc).__mro__:
+        status = STATUS_BY_ERROR.get(cls)
+        if status is not None:
+            return status, str(exc)
+    log.exception("unexpected error while serving a gRPC request", exc_info=exc)
+    return Status.INTERNAL, GENERIC_MESSAGE
+
+
+def to_grpc_error(exc: BaseException) -> GRPCError:
+    """The GRPCError to raise (grpclib turns it into the response trailers)."""
+    if isinstance(exc, GRPCError):
+        return exc
+    status, message = status_of(exc)
+    return GRPCError(status, message)

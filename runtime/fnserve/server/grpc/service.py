@@ -1,0 +1,265 @@
+"""grpclib services: `inference.GRPCInferenceService` (every Triton RPC) and `grpc.health.v1`.
+
+Handlers only translate: messages in, `Runtime` calls, messages out. Errors become gRPC status
+codes through the one table in `errors.py`; the shared-memory, trace and log RPCs answer
+UNIMPLEMENTED naming the RPC. Pass `grpc_services(runtime, config)` to `grpclib.server.Server`.
+"""
+
+# ruff: noqa: N802  (RPC method names are fixed by the .proto service definitions)
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from fnserve.errors import InvalidInputError, UnsupportedError
+from fnserve.server.grpc._proto import grpc_service_pb2 as pb, health_pb2
+from fnserve.server.grpc._proto.grpc_service_grpc import GRPCInferenceServiceBase
+from fnserve.server.grpc._proto.health_grpc import HealthBase
+from fnserve.server.grpc.codec import check_version, decode_request, encode_response
+from fnserve.server.grpc.errors import to_grpc_error
+from fnserve.server.grpc.reply import send_unary
+from fnserve.server.grpc.stream import serve_stream
+
+if TYPE_CHECKING:
+    from grpclib.server import Stream
+
+    from fnserve.config.server import ServerConfig
+    from fnserve.runtime import Runtime
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+_Message = TypeVar("_Message", bound=Message)
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+# Load parameters that would replace the model's files; fnserve loads from its definitions only.
+_OVERRIDE_PARAMETER = "config"
+_FILE_PARAMETER_PREFIX = "file:"
+
+
+async def _answer(stream: Stream[_Req, _Resp], handler: Callable[[_Req], Awaitable[_Resp]]) -> None:
+    """Serve one unary RPC: read the request, run `handler`, send its reply or the error."""
+    try:
+        request = await stream.recv_message()
+        if request is None:
+            raise InvalidInputError("the request message is missing")
+        reply = await handler(request)
+    except Exception as exc:
+        raise to_grpc_error(exc) from None
+    await stream.send_message(reply)
+
+
+def _unimplemented(rpc: str) -> GRPCError:
+    return GRPCError(Status.UNIMPLEMENTED, f"{rpc} is not supported by fnserve")
+
+
+class InferenceService(GRPCInferenceServiceBase):
+    """Every RPC of Triton's `inference.GRPCInferenceService`, served by one Runtime.
+
+    Args:
+        runtime: the models to serve.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    # -- health and metadata -------------------------------------------------------------
+
+    async def ServerLive(self, stream: Stream[pb.ServerLiveRequest, pb.ServerLiveResponse]) -> None:
+        await _answer(stream, self._server_live)
+
+    async def _server_live(self, _: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self._runtime.is_live())
+
+    async def ServerReady(
+        self, stream: Stream[pb.ServerReadyRequest, pb.ServerReadyResponse]
+    ) -> None:
+        await _answer(stream, self._server_ready)
+
+    async def _server_ready(self, _: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._runtime.is_ready())
+
+    async def ModelReady(self, stream: Stream[pb.ModelReadyRequest, pb.ModelReadyResponse]) -> None:
+        await _answer(stream, self._model_ready)
+
+    async def _model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        # An unknown model is "not ready", not an error (Triton answers OK, ready=false).
+        ready = self._runtime.model_ready(request.name, check_version(request.version))
+        return pb.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(
+        self, stream: Stream[pb.ServerMetadataRequest, pb.ServerMetadataResponse]
+    ) -> None:
+        await _answer(stream, self._server_metadata)
+
+    async def _server_metadata(self, _: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
+        return _parse(self._runtime.server_metadata(), pb.ServerMetadataResponse())
+
+    async def ModelMetadata(
+        self, stream: Stream[pb.ModelMetadataRequest, pb.ModelMetadataResponse]
+    ) -> None:
+        await _answer(stream, self._model_metadata)
+
+    async def _model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        doc = self._runtime.model_metadata(request.name, check_version(request.version))
+        return _parse(doc, pb.ModelMetadataResponse())
+
+    async def ModelConfig(
+        self, stream: Stream[pb.ModelConfigRequest, pb.ModelConfigResponse]
+    ) -> None:
+        await _answer(stream, self._model_config)
+
+    async def _model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        config = self._runtime.model_config(request.name, check_version(request.version))
+        reply = pb.ModelConfigResponse()
+        # The JSON form is the one source of truth; HTTP serves the same document.
+        _parse(config.to_json(), reply.config)
+        return reply
+
+    async def ModelStatistics(
+        self, stream: Stream[pb.ModelStatisticsRequest, pb.ModelStatisticsResponse]
+    ) -> None:
+        await _answer(stream, self._model_statistics)
+
+    async def _model_statistics(
+        self, request: pb.ModelStatisticsRequest
+    ) -> pb.ModelStatisticsResponse:
+        doc = self._runtime.statistics(request.name, check_version(request.version))
+        return _parse(doc, pb.ModelStatisticsResponse())
+
+    # -- inference -----------------------------------------------------------------------
+
+    async def ModelInfer(self, stream: Stream[pb.ModelInferRequest, pb.ModelInferResponse]) -> None:
+        # The hot path: written out rather than through _answer, and replied in one write.
+        try:
+            msg = await stream.recv_message()
+            if msg is None:
+                raise InvalidInputError("the request message is missing")
+            request = decode_request(msg)
+            parts = encode_response(await self._runtime.infer(request))
+        except Exception as exc:
+            raise to_grpc_error(exc) from None
+        await send_unary(stream, parts, pb.ModelInferResponse)
+
+    async def ModelStreamInfer(
+        self, stream: Stream[pb.ModelInferRequest, pb.ModelStreamInferResponse]
+    ) -> None:
+        await serve_stream(self._runtime, stream)
+
+    # -- model repository ----------------------------------------------------------------
+
+    async def RepositoryIndex(
+        self, stream: Stream[pb.RepositoryIndexRequest, pb.RepositoryIndexResponse]
+    ) -> None:
+        await _answer(stream, self._repository_index)
+
+    async def _repository_index(
+        self, request: pb.RepositoryIndexRequest
+    ) -> pb.RepositoryIndexResponse:
+        index = pb.RepositoryIndexResponse.ModelIndex
+        entries = self._runtime.repository_index(ready=request.ready)
+        return pb.RepositoryIndexResponse(models=[index(**e._asdict()) for e in entries])
+
+    async def RepositoryModelLoad(
+        self, stream: Stream[pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse]
+    ) -> None:
+        await _answer(stream, self._load)
+
+    async def _load(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
+        for key in request.parameters:
+            if key == _OVERRIDE_PARAMETER or key.startswith(_FILE_PARAMETER_PREFIX):
+                raise UnsupportedError(
+                    f"load parameter '{key}' is not supported: fnserve loads models only from "
+                    "their own definitions"
+                )
+        await self._runtime.load_model(request.model_name)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(
+        self, stream: Stream[pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse]
+    ) -> None:
+        await _answer(stream, self._unload)
+
+    async def _unload(
+        self, request: pb.RepositoryModelUnloadRequest
+    ) -> pb.RepositoryModelUnloadResponse:
+        params = request.parameters
+        # tritonclient always sends this flag; indexing a missing key would insert it.
+        dependents = "unload_dependents" in params and params["unload_dependents"].bool_param
+        await self._runtime.unload_model(request.model_name, unload_dependents=dependents)
+        return pb.RepositoryModelUnloadResponse()
+
+    # -- extensions fnserve does not offer ----------------------------------------------
+
+    async def SystemSharedMemoryStatus(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("SystemSharedMemoryStatus")
+
+    async def SystemSharedMemoryRegister(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("SystemSharedMemoryRegister")
+
+    async def SystemSharedMemoryUnregister(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("SystemSharedMemoryUnregister")
+
+    async def CudaSharedMemoryStatus(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("CudaSharedMemoryStatus")
+
+    async def CudaSharedMemoryRegister(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("CudaSharedMemoryRegister")
+
+    async def CudaSharedMemoryUnregister(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("CudaSharedMemoryUnregister")
+
+    async def TraceSetting(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("TraceSetting")
+
+    async def LogSettings(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("LogSettings")
+
+
+def _parse(doc: dict[str, Any], message: _Message) -> _Message:
+    # Unknown keys are skipped so that a richer JSON document never breaks the gRPC answer
+    # (tests parse the same documents strictly, to catch drift).
+    json_format.ParseDict(doc, message, ignore_unknown_fields=True)
+    return message
+
+
+class HealthService(HealthBase):
+    """`grpc.health.v1.Health`: SERVING while the server is ready (Triton's rule).
+
+    Args:
+        runtime: whose readiness is reported.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    async def Check(
+        self, stream: Stream[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse]
+    ) -> None:
+        await _answer(stream, self._check)
+
+    async def _check(self, _: health_pb2.HealthCheckRequest) -> health_pb2.HealthCheckResponse:
+        status = _SERVING if self._runtime.is_ready() else _NOT_SERVING
+        return health_pb2.HealthCheckResponse(status=status)
+
+    async def Watch(self, stream: Stream[Any, Any]) -> None:
+        raise _unimplemented("Health.Watch")
+
+
+def grpc_services(
+    runtime: Runtime, config: ServerConfig | None = None
+) -> list[InferenceService | HealthService]:
+    """The services to pass to `grpclib.server.Server`.
+
+    Args:
+        runtime: the models to serve.
+        config: server settings (reserved: grpclib applies no message size limit, and none is
+            imposed here, as Triton accepts messages up to 2 GiB).
+    """
+    del config
+    return [InferenceService(runtime), HealthService(runtime)]
