@@ -7,7 +7,6 @@ identity: INPUT0 FP32 [-1] -> OUTPUT0; mlp: INPUT0 FP32 [256] -> OUTPUT0 FP32 [1
 from __future__ import annotations
 
 import numpy as np
-
 from fnserve import DynamicBatching, Tensor, model
 
 _BATCHING = DynamicBatching(max_queue_delay_microseconds=0)
@@ -18,8 +17,11 @@ class MLP:
 
     def __init__(self, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
-        self.layers = [self._layer(rng, 256, 1024), self._layer(rng, 1024, 1024),
-                       self._layer(rng, 1024, 10)]
+        self.layers = [
+            self._layer(rng, 256, 1024),
+            self._layer(rng, 1024, 1024),
+            self._layer(rng, 1024, 10),
+        ]
 
     @staticmethod
     def _layer(rng: np.random.Generator, n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -37,13 +39,23 @@ class MLP:
 _mlp = MLP()
 
 
-@model(name="identity", max_batch_size=64, dynamic_batching=_BATCHING,
-       inputs=[Tensor("INPUT0", "FP32", [-1])], outputs=[Tensor("OUTPUT0", "FP32", [-1])])
+@model(
+    name="identity",
+    max_batch_size=64,
+    dynamic_batching=_BATCHING,
+    inputs=[Tensor("INPUT0", "FP32", [-1])],
+    outputs=[Tensor("OUTPUT0", "FP32", [-1])],
+)
 def identity(INPUT0: np.ndarray) -> dict[str, np.ndarray]:
     return {"OUTPUT0": INPUT0}
 
 
-@model(name="mlp", max_batch_size=64, dynamic_batching=_BATCHING,
-       inputs=[Tensor("INPUT0", "FP32", [256])], outputs=[Tensor("OUTPUT0", "FP32", [10])])
+@model(
+    name="mlp",
+    max_batch_size=64,
+    dynamic_batching=_BATCHING,
+    inputs=[Tensor("INPUT0", "FP32", [256])],
+    outputs=[Tensor("OUTPUT0", "FP32", [10])],
+)
 def mlp(INPUT0: np.ndarray) -> dict[str, np.ndarray]:
     return {"OUTPUT0": _mlp(INPUT0)}

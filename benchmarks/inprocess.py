@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from anchor_models import identity, mlp  # noqa: E402
-
-from fnserve.runtime import Runtime  # noqa: E402
-from fnserve.types import InferInput, InferRequest  # noqa: E402
+from anchor_models import identity, mlp
+from fnserve.runtime import Runtime
+from fnserve.types import InferInput, InferRequest
 
 DIMS = {"identity": 16, "mlp": 256}
 

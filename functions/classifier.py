@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
-
 from fnserve import DynamicBatching, InstanceContext, InstanceGroup, Tensor, model
 
 
 @model(
     name="classifier",
     max_batch_size=64,
-    dynamic_batching=DynamicBatching(preferred_batch_size=[32, 64], max_queue_delay_microseconds=1000),
+    dynamic_batching=DynamicBatching(
+        preferred_batch_size=[32, 64], max_queue_delay_microseconds=1000
+    ),
     instance_group=[InstanceGroup(count=2, kind="KIND_CPU")],
     inputs=[Tensor("FEATURES", "FP32", [32])],
     outputs=[Tensor("PROBABILITIES", "FP32", [4]), Tensor("LABEL", "INT64", [1])],

@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import numpy as np
-
 from fnserve import DynamicBatching, InstanceContext, InstanceGroup, Tensor, model
 
 BATCHING = DynamicBatching(max_queue_delay_microseconds=0)
@@ -42,9 +41,16 @@ def strings(INPUT0: np.ndarray) -> np.ndarray:
 
 @model(
     max_batch_size=16,
-    inputs=[Tensor("FLAGS", "BOOL", [-1]), Tensor("HALF", "FP16", [-1]), Tensor("INT", "INT8", [-1])],
-    outputs=[Tensor("NOT_FLAGS", "BOOL", [-1]), Tensor("HALF_X2", "FP16", [-1]),
-             Tensor("INT_NEG", "INT8", [-1])],
+    inputs=[
+        Tensor("FLAGS", "BOOL", [-1]),
+        Tensor("HALF", "FP16", [-1]),
+        Tensor("INT", "INT8", [-1]),
+    ],
+    outputs=[
+        Tensor("NOT_FLAGS", "BOOL", [-1]),
+        Tensor("HALF_X2", "FP16", [-1]),
+        Tensor("INT_NEG", "INT8", [-1]),
+    ],
 )
 def mixed(FLAGS: np.ndarray, HALF: np.ndarray, INT: np.ndarray) -> dict[str, np.ndarray]:
     """BOOL, FP16 and INT8 in one model."""

@@ -9,8 +9,18 @@ import pytest
 
 PACKAGE = Path(__file__).parents[1] / "runtime" / "fnserve"
 FORBIDDEN = ("starlette", "hypercorn", "uvicorn", "grpclib", "fnserve.server", "fnserve.cli")
-CORE = ["scheduling", "repository", "backends", "config", "types.py", "errors.py", "tensors.py",
-        "model.py", "stats.py", "runtime.py"]
+CORE = [
+    "scheduling",
+    "repository",
+    "backends",
+    "config",
+    "types.py",
+    "errors.py",
+    "tensors.py",
+    "model.py",
+    "stats.py",
+    "runtime.py",
+]
 
 
 def _imports(path: Path) -> set[str]:

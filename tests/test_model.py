@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from fnserve import DynamicBatching, InstanceContext, InstanceGroup, QueuePolicy, Tensor, model
 from fnserve.errors import ModelConfigError
 
@@ -39,9 +38,15 @@ def test_class_is_built_with_its_context() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"inputs": [Tensor("X", "FLOAT", [1])]}, "model 'f': inputs 'X': datatype 'FLOAT' is not one of"),
+        (
+            {"inputs": [Tensor("X", "FLOAT", [1])]},
+            "model 'f': inputs 'X': datatype 'FLOAT' is not one of",
+        ),
         ({"inputs": [Tensor("X", "FP32", [])]}, "dims must be a non-empty list"),
-        ({"inputs": [Tensor("X", "FP32", [-2])]}, "dims must be a non-empty list of integers >= -1, got [-2]"),
+        (
+            {"inputs": [Tensor("X", "FP32", [-2])]},
+            "dims must be a non-empty list of integers >= -1, got [-2]",
+        ),
         ({"outputs": []}, "outputs must declare at least one tensor"),
         ({"max_batch_size": -1}, "max_batch_size must be an integer >= 0, got -1"),
         ({"dynamic_batching": DynamicBatching()}, "dynamic_batching needs max_batch_size >= 1"),
@@ -54,11 +59,18 @@ def test_class_is_built_with_its_context() -> None:
             "default_priority_level 0 must be between 1 and priority_levels 2",
         ),
         (
-            {"max_batch_size": 4, "dynamic_batching": DynamicBatching(
-                default_queue_policy=QueuePolicy(timeout_action="DROP"))},  # type: ignore[arg-type]
+            {
+                "max_batch_size": 4,
+                "dynamic_batching": DynamicBatching(
+                    default_queue_policy=QueuePolicy(timeout_action="DROP")
+                ),
+            },  # type: ignore[arg-type]
             "timeout_action must be REJECT or DELAY, got 'DROP'",
         ),
-        ({"instance_group": [InstanceGroup(count=0)]}, "instance_group count must be an integer >= 1, got 0"),
+        (
+            {"instance_group": [InstanceGroup(count=0)]},
+            "instance_group count must be an integer >= 1, got 0",
+        ),
         ({"instance_group": [InstanceGroup(kind="KIND_TPU")]}, "kind must be one of"),  # type: ignore[arg-type]
         ({"version": 0}, "version must be an integer >= 1, got 0"),
     ],

@@ -25,7 +25,8 @@ def test_readme_opens_with_the_two_commands() -> None:
     assert commands == ["make serve", "make test"]
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^serve:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+    assert re.search(r"^serve:", makefile, re.M)
+    assert re.search(r"^test:", makefile, re.M)
 
 
 @pytest.mark.e2e

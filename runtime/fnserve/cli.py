@@ -6,6 +6,7 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,21 +28,39 @@ def main() -> None:
 @main.command("serve")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--http-port", default=8000, show_default=True, help="HTTP port (0: pick a free one).")
-@click.option("--grpc-port", default=8001, show_default=True, help="gRPC port (0: pick a free one).")
+@click.option(
+    "--http-port", default=8000, show_default=True, help="HTTP port (0: pick a free one)."
+)
+@click.option(
+    "--grpc-port", default=8001, show_default=True, help="gRPC port (0: pick a free one)."
+)
 @click.option("--metrics-port", default=8002, show_default=True, help="Metrics port (0: free one).")
-@click.option("--max-body-bytes", default=64 * 1024 * 1024, show_default=True,
-              help="Largest request body (HTTP) or message (gRPC) accepted.")
-@click.option("--shutdown-timeout", "shutdown_timeout_s", default=30.0, show_default=True,
-              help="Seconds in-flight requests may take to finish on SIGINT/SIGTERM.")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-@click.option("--log-format", default="text", show_default=True, type=click.Choice(["text", "json"]))
-def serve_command(paths: tuple[Path, ...], log_format: str, **options: object) -> None:
+@click.option(
+    "--max-body-bytes",
+    default=64 * 1024 * 1024,
+    show_default=True,
+    help="Largest request body (HTTP) or message (gRPC) accepted.",
+)
+@click.option(
+    "--shutdown-timeout",
+    "shutdown_timeout_s",
+    default=30.0,
+    show_default=True,
+    help="Seconds in-flight requests may take to finish on SIGINT/SIGTERM.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+)
+@click.option(
+    "--log-format", default="text", show_default=True, type=click.Choice(["text", "json"])
+)
+def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
     """Serve the @model functions found in PATHS (Python files or folders)."""
-    configure(str(options["log_level"]), "json" if log_format == "json" else "text")
-    config = ServerConfig(log_format="json" if log_format == "json" else "text",
-                          **{k: v for k, v in options.items()})  # type: ignore[arg-type]
+    config = ServerConfig.from_mapping(options)
+    configure(config.log_level, config.log_format)
     try:
         runtime = Runtime(discover(paths))
     except FnserveError as exc:

@@ -68,11 +68,12 @@ class ModelDefinition(Generic[P, R]):
         if not self.is_class:
             return self.target
         init_params = inspect.signature(self.target).parameters
-        instance: Any = self.target(context) if init_params else self.target()  # type: ignore[call-arg]
+        target: Any = self.target
+        instance = target(context) if init_params else target()
         return _instance_method(instance)
 
     def accepts_parameters(self) -> bool:
-        """Whether the callable takes a `parameters` keyword (request parameters, one per request)."""
+        """Whether the callable takes a `parameters` keyword (one dict per request)."""
         fn = _class_entry_point(self.target) if self.is_class else self.target
         try:
             return "parameters" in inspect.signature(fn).parameters
@@ -100,7 +101,9 @@ def _check_signature(definition: ModelDefinition[Any, Any]) -> None:
     if definition.is_class:
         fn = _class_entry_point(fn)
         if fn is None:
-            raise ModelConfigError(f"model '{config.name}': the class needs an `infer` or `__call__` method")
+            raise ModelConfigError(
+                f"model '{config.name}': the class needs an `infer` or `__call__` method"
+            )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -151,7 +154,7 @@ def model(
 
     def decorate(target: Callable[P, R]) -> ModelDefinition[P, R]:
         config = ModelConfig(
-            name=name or getattr(target, "__name__", ""),
+            name=name or str(getattr(target, "__name__", "")),
             inputs=inputs,
             outputs=outputs,
             version=version,

@@ -83,7 +83,9 @@ class ModelStats:
         batch.compute_infer.add(infer_ns)
         batch.compute_output.add(output_ns)
 
-    def record_request_compute(self, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+    def record_request_compute(
+        self, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
         """The share of one request: its queue wait and the durations of the batch it ran in."""
         self.queue.add(queue_ns)
         self.compute_input.add(input_ns)

@@ -6,7 +6,6 @@ import asyncio
 
 import numpy as np
 import pytest
-
 from fnserve import DynamicBatching, Tensor
 from fnserve.config.model_config import ModelConfig
 from fnserve.scheduling.batcher import BatchPolicy
@@ -33,7 +32,10 @@ def loop() -> asyncio.AbstractEventLoop:
 def _entry(loop: asyncio.AbstractEventLoop, rows: int, cols: int = 4, t: int = 0) -> PendingRequest:
     x = np.zeros((rows, cols), np.float32)
     return PendingRequest(
-        inputs={"X": x}, rows=rows, shape_key=(("X", x.shape[1:]),), future=loop.create_future(),
+        inputs={"X": x},
+        rows=rows,
+        shape_key=(("X", x.shape[1:]),),
+        future=loop.create_future(),
         enqueued_ns=t,
     )
 
@@ -54,7 +56,8 @@ class TestBatchPolicy:
         policy = BatchPolicy(_config(8, max_queue_delay_microseconds=100))
         entries = [_entry(loop, 1, t=1_000)]
         waiting = policy.next_batch(entries, now_ns=1_000)
-        assert waiting.batch == [] and waiting.wait_until_ns == 101_000
+        assert waiting.batch == []
+        assert waiting.wait_until_ns == 101_000
         assert policy.next_batch(entries, now_ns=101_000).batch == entries
 
     def test_zero_delay_dispatches_what_is_there(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -80,7 +83,9 @@ class TestBatchPolicy:
         self, loop: asyncio.AbstractEventLoop
     ) -> None:
         config = ModelConfig(
-            name="m", inputs=[Tensor("X", "FP32", [-1])], outputs=[Tensor("Y", "FP32", [-1])],
+            name="m",
+            inputs=[Tensor("X", "FP32", [-1])],
+            outputs=[Tensor("Y", "FP32", [-1])],
             max_batch_size=8,
         )
         entries = [_entry(loop, 2), _entry(loop, 2)]
@@ -88,4 +93,5 @@ class TestBatchPolicy:
 
     def test_empty_queue_gives_nothing(self) -> None:
         decision = BatchPolicy(_config(8)).next_batch([], now_ns=0)
-        assert decision.batch == [] and decision.wait_until_ns is None
+        assert decision.batch == []
+        assert decision.wait_until_ns is None

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fnserve import DynamicBatching, InstanceGroup, QueuePolicy, Tensor, model
 from fnserve.errors import ModelExecutionError, QueueFullError, RequestTimeoutError
 from fnserve.runtime import Runtime
@@ -75,14 +74,16 @@ def rows(*values: float, cols: int = 2) -> np.ndarray:
 
 @pytest.mark.parametrize("max_batch_size", [1, 4, 64])
 @pytest.mark.parametrize("delay_us", [0, 2000])
-async def test_concurrent_requests_each_get_their_own_answer(max_batch_size: int, delay_us: int) -> None:
+async def test_concurrent_requests_each_get_their_own_answer(
+    max_batch_size: int, delay_us: int
+) -> None:
     recorder = Recorder()
     batching = DynamicBatching(max_queue_delay_microseconds=delay_us)
     async with serving(_model(recorder, max_batch_size, dynamic_batching=batching)) as runtime:
         sizes = [1 + i % min(max_batch_size, 3) for i in range(500)]
         inputs = [rows(*range(i * 10, i * 10 + n)) for i, n in enumerate(sizes)]
         responses = await asyncio.gather(*(runtime.infer(request(x)) for x in inputs))
-        for x, response in zip(inputs, responses):
+        for x, response in zip(inputs, responses, strict=False):
             np.testing.assert_array_equal(response.outputs[0].data, x)
         stats = runtime.statistics("m")["model_stats"][0]
     assert stats["inference_count"] == sum(sizes)
@@ -118,7 +119,7 @@ async def test_requests_with_different_dims_are_not_merged() -> None:
         recorder.gate.set()
         await first
         responses = await gathered
-    for x, response in zip(inputs, responses):
+    for x, response in zip(inputs, responses, strict=False):
         np.testing.assert_array_equal(response.outputs[0].data, x)
     # Rows of width 2 (values 1-3) ran together, then rows of width 3 (values 4-6).
     assert [b.shape for b in recorder.batches] == [(1, 2), (3, 2), (3, 3)]
@@ -129,7 +130,8 @@ async def test_without_dynamic_batching_every_request_runs_alone() -> None:
     async with serving(_model(recorder)) as runtime:
         await asyncio.gather(*(runtime.infer(request(rows(i, i))) for i in range(20)))
         stats = runtime.statistics("m")["model_stats"][0]
-    assert stats["execution_count"] == 20 and stats["inference_count"] == 40
+    assert stats["execution_count"] == 20
+    assert stats["inference_count"] == 40
 
 
 async def test_priority_levels_run_higher_priority_first() -> None:
@@ -139,7 +141,9 @@ async def test_priority_levels_run_higher_priority_first() -> None:
         blocker = asyncio.create_task(runtime.infer(request(rows(0))))
         await started(recorder)
         low = [asyncio.create_task(runtime.infer(request(rows(10 + i)))) for i in range(3)]
-        high = [asyncio.create_task(runtime.infer(request(rows(20 + i), priority=1))) for i in range(3)]
+        high = [
+            asyncio.create_task(runtime.infer(request(rows(20 + i), priority=1))) for i in range(3)
+        ]
         await asyncio.sleep(0.01)
         recorder.gate.set()
         await asyncio.gather(blocker, *low, *high)

@@ -14,7 +14,7 @@ import sys
 def cuda_device_count() -> int:
     """Number of CUDA devices visible to this process (0 when none or unknown)."""
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-not-found]
 
         pynvml.nvmlInit()
         try:

@@ -20,7 +20,8 @@ class PythonBackend:
 
     def __init__(self, definition: ModelDefinition[Any, Any], context: InstanceContext) -> None:
         self._fn = definition.infer_callable(context)
-        call = self._fn if inspect.isroutine(self._fn) else getattr(self._fn, "__call__", self._fn)
+        # An instance is async when its class defines `async def __call__`.
+        call = self._fn if inspect.isroutine(self._fn) else type(self._fn).__call__
         self.is_async = inspect.iscoroutinefunction(call)
         self._pass_parameters = definition.accepts_parameters()
 

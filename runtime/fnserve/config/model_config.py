@@ -151,6 +151,13 @@ class ModelConfig:
         """Shape as clients see it: `[-1] + dims` when batching, else `dims`."""
         return [-1, *tensor.dims] if self.batching else list(tensor.dims)
 
+    def matches_dims(self, tensor: Tensor, shape: tuple[int, ...]) -> bool:
+        """Whether a full `shape` (batch dimension included when batching) fits `tensor.dims`."""
+        dims = shape[1:] if self.batching else shape
+        if self.batching and not shape or len(dims) != len(tensor.dims):
+            return False
+        return all(d == s or s == -1 for d, s in zip(dims, tensor.dims, strict=True))
+
     def metadata(self, versions: Sequence[str]) -> dict[str, Any]:
         """The KServe v2 model metadata document."""
         return {
@@ -199,8 +206,12 @@ def _output_json(t: Tensor) -> dict[str, Any]:
 
 
 def _group_json(model: str, index: int, g: InstanceGroup) -> dict[str, Any]:
-    return {"name": g.name or f"{model}_{index}", "kind": g.kind, "count": g.count,
-            "gpus": list(g.gpus)}
+    return {
+        "name": g.name or f"{model}_{index}",
+        "kind": g.kind,
+        "count": g.count,
+        "gpus": list(g.gpus),
+    }
 
 
 def _policy_json(p: QueuePolicy) -> dict[str, Any]:
@@ -238,10 +249,16 @@ class _ConfigValidator:
     def validate(self) -> None:
         c = self.config
         if not isinstance(c.name, str) or not c.name or "/" in c.name:
-            raise ModelConfigError(f"model name must be a non-empty string without '/', got {c.name!r}")
+            raise ModelConfigError(
+                f"model name must be a non-empty string without '/', got {c.name!r}"
+            )
         if isinstance(c.version, bool) or not isinstance(c.version, int) or c.version < 1:
             self.fail(f"version must be an integer >= 1, got {c.version!r}")
-        if isinstance(c.max_batch_size, bool) or not isinstance(c.max_batch_size, int) or c.max_batch_size < 0:
+        if (
+            isinstance(c.max_batch_size, bool)
+            or not isinstance(c.max_batch_size, int)
+            or c.max_batch_size < 0
+        ):
             self.fail(f"max_batch_size must be an integer >= 0, got {c.max_batch_size!r}")
         self._tensors("inputs", c.inputs)
         self._tensors("outputs", c.outputs)
@@ -261,14 +278,18 @@ class _ConfigValidator:
             if not isinstance(t, Tensor):
                 self.fail(f"{field_name} must hold Tensor(...) declarations, got {t!r}")
             if not t.name or t.name in seen:
-                self.fail(f"{field_name}: tensor names must be unique and non-empty, got {t.name!r}")
+                self.fail(
+                    f"{field_name}: tensor names must be unique and non-empty, got {t.name!r}"
+                )
             seen.add(t.name)
             if t.datatype not in DATATYPES:
                 self.fail(
                     f"{field_name} '{t.name}': datatype {t.datatype!r} is not one of "
                     f"{', '.join(DATATYPES)}"
                 )
-            if not t.dims or any(isinstance(d, bool) or not isinstance(d, int) or d < -1 for d in t.dims):
+            if not t.dims or any(
+                isinstance(d, bool) or not isinstance(d, int) or d < -1 for d in t.dims
+            ):
                 self.fail(
                     f"{field_name} '{t.name}': dims must be a non-empty list of integers >= -1, "
                     f"got {list(t.dims)}"
@@ -300,8 +321,13 @@ class _ConfigValidator:
                     f"preferred_batch_size {size!r} must be between 1 and max_batch_size "
                     f"{c.max_batch_size}"
                 )
-        if not isinstance(b.max_queue_delay_microseconds, int) or b.max_queue_delay_microseconds < 0:
-            self.fail(f"max_queue_delay_microseconds must be >= 0, got {b.max_queue_delay_microseconds!r}")
+        if (
+            not isinstance(b.max_queue_delay_microseconds, int)
+            or b.max_queue_delay_microseconds < 0
+        ):
+            self.fail(
+                f"max_queue_delay_microseconds must be >= 0, got {b.max_queue_delay_microseconds!r}"
+            )
         if not isinstance(b.priority_levels, int) or b.priority_levels < 0:
             self.fail(f"priority_levels must be >= 0, got {b.priority_levels!r}")
         levels = b.priority_levels

@@ -62,7 +62,9 @@ class ModelVersion:
             ]
         except Exception as exc:
             self.state, self.reason = "UNAVAILABLE", str(exc)
-            log.error("model '%s' version %s failed to load: %s", self.config.name, self.version, exc)
+            log.error(
+                "model '%s' version %s failed to load: %s", self.config.name, self.version, exc
+            )
             raise RepositoryError(
                 f"failed to load '{self.config.name}' version {self.version}: {exc}"
             ) from exc
@@ -73,13 +75,19 @@ class ModelVersion:
         self._batcher = Batcher(self.config, self._pool)
         self._batcher.start()
         self.state, self.reason = "READY", ""
-        log.info("model '%s' version %s READY (%d instance(s))", self.config.name, self.version,
-                 len(instances))
+        log.info(
+            "model '%s' version %s READY (%d instance(s))",
+            self.config.name,
+            self.version,
+            len(instances),
+        )
 
     def _build_instance(self, context: InstanceContext) -> Instance:
         backend = PythonBackend(self.definition, context)
         runner = BatchRunner(self.config, backend)
-        return Instance(context.instance_index, runner, f"{self.config.name}-{context.instance_index}")
+        return Instance(
+            context.instance_index, runner, f"{self.config.name}-{context.instance_index}"
+        )
 
     async def unload(self) -> None:
         """Stop taking requests, finish the queued and running ones, release the instances."""

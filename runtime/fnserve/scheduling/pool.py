@@ -13,10 +13,9 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-
-from fnserve.scheduling.runner import BatchRunner, ExecutionTimes
 from fnserve.errors import FnserveError, ModelExecutionError
 from fnserve.scheduling.request import PendingRequest
+from fnserve.scheduling.runner import BatchRunner, ExecutionTimes
 from fnserve.stats import ModelStats
 from fnserve.types import Array
 
@@ -113,7 +112,10 @@ class InstancePool:
         self.stats.record_execution(rows, times.input_ns, times.infer_ns, times.output_ns)
         for entry in batch:
             self.stats.record_request_compute(
-                max(start_ns - entry.enqueued_ns, 0), times.input_ns, times.infer_ns, times.output_ns
+                max(start_ns - entry.enqueued_ns, 0),
+                times.input_ns,
+                times.infer_ns,
+                times.output_ns,
             )
 
     def _deliver_in_order(self) -> None:
@@ -138,8 +140,6 @@ def _deliver(batch: Sequence[PendingRequest], outcome: Results | BaseException) 
             if entry.alive:
                 entry.future.set_exception(outcome)
         return
-    for entry, outputs in zip(batch, outcome):
+    for entry, outputs in zip(batch, outcome, strict=False):
         if entry.alive:
             entry.future.set_result(outputs)
-
-

@@ -135,9 +135,7 @@ class RequestQueue:
         self._size = 0
 
     def statistics(self) -> QueueStatistics:
-        return QueueStatistics(
-            self._size, tuple(len(q) for q in self._levels), len(self._delayed)
-        )
+        return QueueStatistics(self._size, tuple(len(q) for q in self._levels), len(self._delayed))
 
 
 def _effective_timeout_us(policy: QueuePolicy, requested_us: int) -> int:

@@ -18,7 +18,9 @@ from fnserve.errors import InvalidInputError, UnsupportedError
 from fnserve.types import Array, InferRequest, ParamValue
 
 # Request parameters Triton interprets itself; none of them reaches the model.
-_SCHEDULING_KEYS = frozenset({"priority", "timeout", "sequence_id", "sequence_start", "sequence_end"})
+_SCHEDULING_KEYS = frozenset(
+    {"priority", "timeout", "sequence_id", "sequence_start", "sequence_end"}
+)
 
 
 @dataclass(eq=False, slots=True)
@@ -94,13 +96,7 @@ def _validate_inputs(config: ModelConfig, request: InferRequest) -> dict[str, Ar
 
 
 def _check_dims(config: ModelConfig, spec: Tensor, shape: tuple[int, ...]) -> None:
-    dims = shape[1:] if config.batching else shape
-    if config.batching and not shape:
-        raise InvalidInputError(
-            f"input '{spec.name}': expected shape {config.full_shape(spec)} with a batch "
-            f"dimension, got []"
-        )
-    if len(dims) != len(spec.dims) or any(d != s and s != -1 for d, s in zip(dims, spec.dims)):
+    if not config.matches_dims(spec, shape):
         raise InvalidInputError(
             f"input '{spec.name}': expected shape {config.full_shape(spec)}, got {list(shape)}"
         )
@@ -114,7 +110,7 @@ def _batch_rows(config: ModelConfig, inputs: Mapping[str, Array]) -> int:
         raise InvalidInputError(
             f"inputs of model '{config.name}' disagree on the batch size: {sorted(sizes)}"
         )
-    rows = sizes.pop()
+    rows: int = sizes.pop()
     if rows > config.max_batch_size:
         raise InvalidInputError(
             f"inference request batch-size must be <= {config.max_batch_size} for "
@@ -141,8 +137,10 @@ def _split_parameters(
     priority = _uint_parameter(parameters, "priority")
     timeout_us = _uint_parameter(parameters, "timeout")
     sequence_id = parameters.get("sequence_id", 0)
-    if sequence_id not in (0, "") or parameters.get("sequence_start") or parameters.get(
-        "sequence_end"
+    if (
+        sequence_id not in (0, "")
+        or parameters.get("sequence_start")
+        or parameters.get("sequence_end")
     ):
         raise UnsupportedError(
             f"model '{model}' is not a sequence model, so the request must not set sequence_id, "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -113,15 +113,12 @@ class BatchRunner:
                 f"model '{name}' output '{spec.name}': expected datatype {spec.datatype} "
                 f"(numpy {expected}), got numpy {array.dtype}"
             )
-        shape = array.shape[1:] if self.config.batching else array.shape
         if self.config.batching and (array.ndim == 0 or array.shape[0] != rows):
             raise ModelExecutionError(
                 f"model '{name}' output '{spec.name}': expected {rows} rows in the batch "
                 f"dimension, got shape {list(array.shape)}"
             )
-        if len(shape) != len(spec.dims) or any(
-            d != s and s != -1 for d, s in zip(shape, spec.dims)
-        ):
+        if not self.config.matches_dims(spec, array.shape):
             raise ModelExecutionError(
                 f"model '{name}' output '{spec.name}': expected shape "
                 f"{self.config.full_shape(spec)}, got {list(array.shape)}"
@@ -146,7 +143,9 @@ class _ModelErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> Literal[False]:
         if exc is None or isinstance(exc, FnserveError) or not isinstance(exc, Exception):
             return False
         if isinstance(exc, MemoryError):

@@ -72,7 +72,9 @@ async def serve(
     grpc_server = grpclib.server.Server(grpc_services(runtime, config))
     await grpc_server.start(sock=grpc_sock)
     frontends_stop = asyncio.Event()
-    http_task = asyncio.create_task(serve_http(http_app(runtime, config), http_sock, config, frontends_stop))
+    http_task = asyncio.create_task(
+        serve_http(http_app(runtime, config), http_sock, config, frontends_stop)
+    )
     metrics_task = asyncio.create_task(
         serve_http(metrics_app(runtime), metrics_sock, config, frontends_stop)
     )
@@ -86,5 +88,7 @@ async def serve(
             log.warning("shutdown: requests still running after %.1f s", config.shutdown_timeout_s)
         grpc_server.close()
         frontends_stop.set()
-        await asyncio.gather(grpc_server.wait_closed(), http_task, metrics_task, return_exceptions=True)
+        await asyncio.gather(
+            grpc_server.wait_closed(), http_task, metrics_task, return_exceptions=True
+        )
         await runtime.aclose()

@@ -12,7 +12,6 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -47,28 +46,43 @@ class RuntimeCollector(Collector):
 
 def _counters(stats: list[ModelStats]) -> Iterator[CounterMetricFamily]:
     families = {
-        "nv_inference_request_success": ("Number of successful inference requests, all batch sizes",
-                                         lambda s: s.success.count),
-        "nv_inference_count": ("Number of inferences performed (does not include cached requests)",
-                               lambda s: s.inference_count),
-        "nv_inference_exec_count": ("Number of model executions performed",
-                                    lambda s: s.execution_count),
-        "nv_inference_request_duration_us": ("Cumulative inference request duration in microseconds",
-                                             lambda s: (s.success.ns + s.fail.ns) // 1000),
-        "nv_inference_queue_duration_us": ("Cumulative inference queuing duration in microseconds",
-                                           lambda s: s.queue.ns // 1000),
+        "nv_inference_request_success": (
+            "Number of successful inference requests, all batch sizes",
+            lambda s: s.success.count,
+        ),
+        "nv_inference_count": (
+            "Number of inferences performed (does not include cached requests)",
+            lambda s: s.inference_count,
+        ),
+        "nv_inference_exec_count": (
+            "Number of model executions performed",
+            lambda s: s.execution_count,
+        ),
+        "nv_inference_request_duration_us": (
+            "Cumulative inference request duration in microseconds",
+            lambda s: (s.success.ns + s.fail.ns) // 1000,
+        ),
+        "nv_inference_queue_duration_us": (
+            "Cumulative inference queuing duration in microseconds",
+            lambda s: s.queue.ns // 1000,
+        ),
         "nv_inference_compute_input_duration_us": (
-            "Cumulative compute input duration in microseconds", lambda s: s.compute_input.ns // 1000),
+            "Cumulative compute input duration in microseconds",
+            lambda s: s.compute_input.ns // 1000,
+        ),
         "nv_inference_compute_infer_duration_us": (
-            "Cumulative compute inference duration in microseconds", lambda s: s.compute_infer.ns // 1000),
+            "Cumulative compute inference duration in microseconds",
+            lambda s: s.compute_infer.ns // 1000,
+        ),
         "nv_inference_compute_output_duration_us": (
             "Cumulative inference compute output duration in microseconds",
-            lambda s: s.compute_output.ns // 1000),
+            lambda s: s.compute_output.ns // 1000,
+        ),
     }
     for name, (doc, value) in families.items():
         family = CounterMetricFamily(name, doc, labels=_LABELS)
         for s in stats:
-            family.add_metric([s.name, s.version], value(s))
+            family.add_metric([s.name, s.version], value(s))  # type: ignore[no-untyped-call]
         yield family
 
 
@@ -93,7 +107,9 @@ def _latency_histogram(stats: list[ModelStats]) -> HistogramMetricFamily:
     )
     for s in stats:
         cumulative, buckets = 0, []
-        for bound, count in zip((*LATENCY_BUCKETS_US, float("inf")), s.latency_buckets):
+        for bound, count in zip(
+            (*LATENCY_BUCKETS_US, float("inf")), s.latency_buckets, strict=False
+        ):
             cumulative += count
             buckets.append(("+Inf" if bound == float("inf") else f"{bound:g}", cumulative))
         family.add_metric([s.name, s.version], buckets, s.success.ns / 1000)
