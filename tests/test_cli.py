@@ -58,7 +58,8 @@ def test_serve_prints_endpoints_and_stops_gracefully_on_sigterm() -> None:
         proc.send_signal(signal.SIGTERM)
         slow.join(20)
         assert proc.wait(20) == 0
-        assert results and results[0].status_code == 200
+        assert results
+        assert results[0].status_code == 200
         assert results[0].json()["outputs"][0]["data"] == [1.0]
     finally:
         if proc.poll() is None:
@@ -82,4 +83,5 @@ def test_serve_reports_an_import_error(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode == 1
-    assert "importing" in result.stderr and "nonexistent_module_xyz" in result.stderr
+    assert "importing" in result.stderr
+    assert "nonexistent_module_xyz" in result.stderr
