@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
 from fnserve.config.server import ServerConfig
 from fnserve.repository.discover import discover
 from fnserve.runtime import Runtime

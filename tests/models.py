@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import numpy as np
+
 from fnserve import DynamicBatching, InstanceContext, InstanceGroup, Tensor, model
 
 BATCHING = DynamicBatching(max_queue_delay_microseconds=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fnserve import InstanceContext, InstanceGroup, Tensor, model
 from fnserve.backends.devices import cuda_device_count
 from fnserve.runtime import Runtime

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fnserve import DynamicBatching, InstanceContext, InstanceGroup, QueuePolicy, Tensor, model
 from fnserve.errors import ModelConfigError
 

@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+
 from fnserve import InstanceGroup, Tensor, model
 from fnserve.backends.devices import cuda_device_count
 from fnserve.errors import ModelNotReadyError, RepositoryError, UnavailableError

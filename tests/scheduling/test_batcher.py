@@ -6,6 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
+
 from fnserve import DynamicBatching, Tensor
 from fnserve.config.model_config import ModelConfig
 from fnserve.scheduling.batcher import BatchPolicy

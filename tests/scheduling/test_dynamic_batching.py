@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from fnserve import DynamicBatching, InstanceGroup, QueuePolicy, Tensor, model
 from fnserve.errors import ModelExecutionError, QueueFullError, RequestTimeoutError
 from fnserve.runtime import Runtime

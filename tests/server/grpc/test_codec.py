@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tritonclient.grpc import InferResult, service_pb2
+
 from fnserve.errors import InvalidInputError
 from fnserve.server.grpc._proto import grpc_service_pb2 as pb
 from fnserve.server.grpc.codec import (
@@ -17,7 +19,6 @@ from fnserve.server.grpc.codec import (
     wrap_stream_response,
 )
 from fnserve.types import InferOutput, InferResponse, ParamValue
-from tritonclient.grpc import InferResult, service_pb2
 
 Tensor = pb.ModelInferRequest.InferInputTensor
 

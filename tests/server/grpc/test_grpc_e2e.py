@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from fnserve.server.grpc._proto import grpc_service_pb2, health_pb2, model_config_pb2
 from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
+from fnserve.server.grpc._proto import grpc_service_pb2, health_pb2, model_config_pb2
 from tests.conftest import RunningServer
 
 pytestmark = pytest.mark.e2e

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fnserve.server.grpc._proto import grpc_service_pb2, model_config_pb2
-from fnserve.server.grpc.service import grpc_services
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 from tritonclient.grpc import model_config_pb2 as triton_config, service_pb2 as triton_service
+
+from fnserve.server.grpc._proto import grpc_service_pb2, model_config_pb2
+from fnserve.server.grpc.service import grpc_services
 
 
 def _fields(message: Descriptor, prefix: str = "") -> dict[str, Any]:

@@ -8,15 +8,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from grpclib.client import Channel
+from grpclib.events import SendMessage, listen
+from grpclib.server import Server
+
 from fnserve.repository.discover import discover
 from fnserve.runtime import Runtime
 from fnserve.server.grpc._proto import grpc_service_pb2 as pb
 from fnserve.server.grpc._proto.grpc_service_grpc import GRPCInferenceServiceStub
 from fnserve.server.grpc.service import grpc_services
-from grpclib.client import Channel
-from grpclib.events import SendMessage, listen
-from grpclib.server import Server
-
 from tests.conftest import MODELS
 
 

@@ -1,0 +1,62 @@
+"""The HTTP frontend's one error table: fnserve error class -> HTTP status.
+
+Statuses follow Triton's HTTP server (see PROTOCOL.md §6). Every error body is
+`{"error": "<message>"}`; tritonclient reads that key. Anything that is not an `FnserveError`
+is a bug: it answers 500 with a generic message and is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+
+from fnserve.errors import (
+    CancelledError,
+    FnserveError,
+    InvalidInputError,
+    ModelExecutionError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    PayloadTooLargeError,
+    RepositoryError,
+    UnavailableError,
+    UnsupportedError,
+)
+
+log = logging.getLogger(__name__)
+
+_STATUS: dict[type[FnserveError], int] = {
+    PayloadTooLargeError: 413,
+    InvalidInputError: 400,
+    ModelNotFoundError: 404,
+    ModelNotReadyError: 503,
+    UnavailableError: 503,
+    CancelledError: 400,
+    UnsupportedError: 501,
+    ModelExecutionError: 500,
+    RepositoryError: 500,
+}
+_GENERIC_MESSAGE = "Internal Server Error"
+
+
+def http_status(error: FnserveError) -> int:
+    """The HTTP status for `error`, found along its class hierarchy (unmapped: 500)."""
+    for cls in type(error).__mro__:
+        status = _STATUS.get(cls)
+        if status is not None:
+            return status
+    return 500
+
+
+def error_body(message: str) -> bytes:
+    """The JSON error document Triton sends: `{"error": message}`."""
+    return orjson.dumps({"error": message})
+
+
+def error_response(exc: BaseException) -> tuple[int, bytes]:
+    """Status and JSON body for any exception raised while serving a request."""
+    if isinstance(exc, FnserveError):
+        return http_status(exc), error_body(exc.message)
+    log.exception("unexpected error while serving an HTTP request", exc_info=exc)
+    return 500, error_body(_GENERIC_MESSAGE)
