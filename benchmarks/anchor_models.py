@@ -7,6 +7,7 @@ identity: INPUT0 FP32 [-1] -> OUTPUT0; mlp: INPUT0 FP32 [256] -> OUTPUT0 FP32 [1
 from __future__ import annotations
 
 import numpy as np
+
 from fnserve import DynamicBatching, Tensor, model
 
 _BATCHING = DynamicBatching(max_queue_delay_microseconds=0)

@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from anchor_models import identity, mlp
+
 from fnserve.runtime import Runtime
 from fnserve.types import InferInput, InferRequest
 

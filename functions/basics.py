@@ -8,6 +8,7 @@ localhost:8000/v2/models/identity/infer`.
 from __future__ import annotations
 
 import numpy as np
+
 from fnserve import DynamicBatching, Tensor, model
 
 

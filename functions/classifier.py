@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from fnserve import DynamicBatching, InstanceContext, InstanceGroup, Tensor, model
 
 
