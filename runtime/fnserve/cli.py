@@ -39,7 +39,7 @@ def main() -> None:
     "--max-body-bytes",
     default=64 * 1024 * 1024,
     show_default=True,
-    help="Largest request body (HTTP) or message (gRPC) accepted.",
+    help="Largest HTTP request body, after decompression (gRPC takes up to 2 GiB, as Triton).",
 )
 @click.option(
     "--shutdown-timeout",
@@ -98,3 +98,64 @@ def _run(coro: object) -> None:
         asyncio.run(coro)  # type: ignore[arg-type]
         return
     uvloop.run(coro)  # type: ignore[arg-type]
+
+
+@main.command("bench")
+@click.argument("model")
+@click.option(
+    "--url",
+    default=None,
+    help="Server host:port [default: 127.0.0.1:8000 for HTTP, 127.0.0.1:8001 for gRPC].",
+)
+@click.option("--protocol", default="http", show_default=True, type=click.Choice(["http", "grpc"]))
+@click.option("--model-version", default="", help="Model version [default: latest].")
+@click.option(
+    "--concurrency", default=None, help="Requests in flight per step: 1,8,64 [default: 1]."
+)
+@click.option("--concurrency-range", default=None, help="Steps as start:end[:step] (end included).")
+@click.option(
+    "--duration", "duration_s", default=10.0, show_default=True, help="Measured seconds per step."
+)
+@click.option(
+    "--warmup",
+    "warmup_s",
+    default=1.0,
+    show_default=True,
+    help="Seconds per step before the measurement window opens.",
+)
+@click.option(
+    "--input-data",
+    default="random",
+    show_default=True,
+    help="random, zero, or a perf_analyzer --input-data JSON file.",
+)
+@click.option("--shape", multiple=True, help="Input shape without batch dimension: NAME:d1,d2.")
+@click.option("-b", "--batch-size", default=1, show_default=True, help="Rows per request.")
+@click.option(
+    "--binary/--json",
+    default=True,
+    show_default=True,
+    help="HTTP tensors as binary data (tritonclient's way) or as JSON.",
+)
+@click.option(
+    "--workers",
+    default=0,
+    show_default=True,
+    help="Locust worker processes under a master (0: one process).",
+)
+@click.option("--csv", type=click.Path(dir_okay=False, path_type=Path), help="Write a CSV table.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a chart: latency percentiles against throughput (PNG).",
+)
+@click.option("--ui", is_flag=True, help="Open Locust's web UI instead of the headless sweep.")
+def bench_command(**options: Any) -> None:
+    """Load MODEL with Locust and print a perf_analyzer-style report (needs fnserve[loadtest])."""
+    from fnserve.bench.command import run  # lazy: the loadtest extra is optional
+    from fnserve.bench.options import BenchError, BenchOptions
+
+    try:
+        sys.exit(run(BenchOptions.from_cli(**options)))
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from exc

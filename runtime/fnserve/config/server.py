@@ -18,7 +18,8 @@ class ServerConfig:
     Args:
         host: address every frontend binds.
         http_port, grpc_port, metrics_port: 0 picks a free port (reported after binding).
-        max_body_bytes: largest accepted request body (HTTP) or message (gRPC).
+        max_body_bytes: largest accepted HTTP request body, after decompression (gRPC has no
+            limit of its own below 2 GiB, as in Triton).
         shutdown_timeout_s: how long in-flight requests may take to finish on SIGINT/SIGTERM.
         log_level, log_format: logging setup.
     """
