@@ -61,6 +61,7 @@ class Runtime:
 
     def __init__(self, definitions: Iterable[ModelDefinition[Any, Any]] = ()) -> None:
         self._models: dict[str, dict[str, ModelVersion]] = {}
+        self._ordered: dict[str, list[ModelVersion]] = {}  # versions by number, for lookups
         self._started = False
         self._closing = False
         self._inflight = 0
@@ -76,6 +77,7 @@ class Runtime:
         if key in versions:
             raise RepositoryError(f"model '{config.name}' version {key} is defined twice")
         versions[key] = ModelVersion(definition)
+        self._ordered[config.name] = [versions[k] for k in sorted(versions, key=int)]
 
     async def start(self) -> None:
         """Load every registered model; one failing model does not stop the others."""
@@ -223,8 +225,7 @@ class Runtime:
     # -- helpers -------------------------------------------------------------------------
 
     def _sorted(self, name: str) -> list[ModelVersion]:
-        versions = self._models.get(name, {})
-        return [versions[k] for k in sorted(versions, key=int)]
+        return self._ordered.get(name, [])
 
     def _version(self, name: str, version: str, need_ready: bool) -> ModelVersion:
         versions = self._models.get(name)
@@ -234,9 +235,9 @@ class Runtime:
             model = versions.get(version)
             if model is None:
                 raise ModelNotFoundError(f"unknown version {version} of model '{name}'")
-        else:
-            ready = [v for v in self._sorted(name) if v.ready]
-            model = ready[-1] if ready else self._sorted(name)[-1]
+        else:  # the highest ready version, else the highest (whose state explains the error)
+            ordered = self._sorted(name)
+            model = next((v for v in reversed(ordered) if v.ready), ordered[-1])
         if need_ready and not model.ready:
             reason = f": {model.reason}" if model.reason else ""
             raise ModelNotReadyError(
@@ -257,8 +258,8 @@ def _failure_reason(exc: BaseException) -> str:
 
 def _response(model: ModelVersion, request: InferRequest, outputs: dict[str, Any]) -> InferResponse:
     config = model.config
-    names = request.outputs if request.outputs is not None else [t.name for t in config.outputs]
-    datatypes = {t.name: t.datatype for t in config.outputs}
+    datatypes = config.output_datatypes
+    names = datatypes if request.outputs is None else request.outputs
     return InferResponse(
         model_name=config.name,
         model_version=model.version,

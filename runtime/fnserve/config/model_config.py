@@ -8,6 +8,7 @@ frontend parses that same form into the protobuf message, so there is one source
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -145,7 +146,17 @@ class ModelConfig:
 
     def input(self, name: str) -> Tensor | None:
         """The input declaration called `name`, if any."""
-        return next((t for t in self.inputs if t.name == name), None)
+        return self._inputs_by_name.get(name)
+
+    # Looked up on every request: built once (a frozen dataclass still allows cached_property).
+    @functools.cached_property
+    def _inputs_by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self.inputs}
+
+    @functools.cached_property
+    def output_datatypes(self) -> dict[str, str]:
+        """Output name -> datatype, in declaration order."""
+        return {t.name: t.datatype for t in self.outputs}
 
     def full_shape(self, tensor: Tensor) -> list[int]:
         """Shape as clients see it: `[-1] + dims` when batching, else `dims`."""
