@@ -40,35 +40,35 @@ class BatchRunner:
         self.is_async = backend.is_async
         self._outputs = config.outputs
         self._dtypes = {t.name: numpy_dtype(t.datatype) for t in config.outputs}
+        self._model_errors = _ModelErrors(config.name)  # stateless, so one serves every batch
 
     def run(self, batch: Sequence[PendingRequest]) -> tuple[list[dict[str, Array]], ExecutionTimes]:
         """Synchronous path (on the instance thread)."""
         t0 = time.perf_counter_ns()
-        inputs = merge_inputs(batch)
-        parameters = [e.parameters for e in batch]
+        inputs, parameters = merge_inputs(batch), [e.parameters for e in batch]
         t1 = time.perf_counter_ns()
-        with self._model_errors():
+        with self._model_errors:
             result = self.backend.execute(inputs, parameters)
-        t2 = time.perf_counter_ns()
-        results = self._split(batch, result)
-        return results, ExecutionTimes(t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
+        return self._finish(batch, result, t0, t1)
 
     async def arun(
         self, batch: Sequence[PendingRequest]
     ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
         """Async path (on the event loop) for `async def` models."""
         t0 = time.perf_counter_ns()
-        inputs = merge_inputs(batch)
-        parameters = [e.parameters for e in batch]
+        inputs, parameters = merge_inputs(batch), [e.parameters for e in batch]
         t1 = time.perf_counter_ns()
-        with self._model_errors():
+        with self._model_errors:
             result = await self.backend.aexecute(inputs, parameters)
+        return self._finish(batch, result, t0, t1)
+
+    def _finish(
+        self, batch: Sequence[PendingRequest], result: Any, t0: int, t1: int
+    ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
+        """Check and split the outputs; times are input merge, model call, output handling."""
         t2 = time.perf_counter_ns()
         results = self._split(batch, result)
         return results, ExecutionTimes(t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
-
-    def _model_errors(self) -> _ModelErrors:
-        return _ModelErrors(self.config.name)
 
     def _split(self, batch: Sequence[PendingRequest], result: Any) -> list[dict[str, Array]]:
         outputs = self._check_outputs(result, sum(e.rows for e in batch))
