@@ -46,7 +46,30 @@ def main() -> None:
     "shutdown_timeout_s",
     default=30.0,
     show_default=True,
-    help="Seconds in-flight requests may take to finish on SIGINT/SIGTERM.",
+    help="Seconds in-flight requests may take to finish on SIGINT/SIGTERM (and on an unload); "
+    "past it they fail with 503 / UNAVAILABLE and the process exits.",
+)
+@click.option(
+    "--execution-timeout",
+    "execution_timeout_s",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Default longest model execution in seconds (0: no limit); past it 504 / "
+    "DEADLINE_EXCEEDED and the instance is replaced. A model's execution_timeout_s wins.",
+)
+@click.option(
+    "--max-queue-size",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Requests one model may hold queued when its queue policy sets no max_queue_size "
+    "(0: unbounded); past it 503 / UNAVAILABLE.",
+)
+@click.option(
+    "--debug-errors",
+    is_flag=True,
+    help="Send model exception messages to clients whole; by default host paths are scrubbed.",
 )
 @click.option(
     "--log-level",
