@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,24 @@ def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
     except FnserveError as exc:
         raise click.ClickException(exc.message) from exc
     _run(_serve(runtime, config))
+    _exit_past_stuck_threads()
+
+
+def _exit_past_stuck_threads() -> None:
+    """Exit now if any thread outlived the server.
+
+    Models run on daemon threads, but Python still joins a thread that is not a daemon, and
+    every ThreadPoolExecutor worker (a model's own, daemon or not), at exit: one stuck there
+    would keep the process alive forever after a clean shutdown.
+    """
+    main_thread = threading.main_thread()
+    stuck = [t.name for t in threading.enumerate() if t is not main_thread]
+    if not stuck:
+        return
+    click.echo(f"fnserve: not waiting for thread(s) still running: {', '.join(stuck)}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 async def _serve(runtime: Runtime, config: ServerConfig) -> None:
