@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,10 @@ def _exit_past_stuck_threads() -> None:
     would keep the process alive forever after a clean shutdown.
     """
     main_thread = threading.main_thread()
+    deadline = time.monotonic() + 0.5  # threads that are just finishing get a moment
+    for thread in threading.enumerate():
+        if thread is not main_thread:
+            thread.join(max(deadline - time.monotonic(), 0))
     stuck = [t.name for t in threading.enumerate() if t is not main_thread]
     if not stuck:
         return

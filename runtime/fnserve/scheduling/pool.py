@@ -267,7 +267,8 @@ class InstancePool:
             task.cancel()
         for seq in sorted(self._finished):
             _deliver(*self._finished.pop(seq))
-        for task, (instance, batch) in list(self._running.items()):
+        running, self._running = self._running, {}  # answered now: no longer busy
+        for task, (instance, batch) in running.items():
             _deliver(batch, error)
             instance.abandon()
             if instance in self.instances:

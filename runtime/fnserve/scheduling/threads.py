@@ -60,7 +60,7 @@ async def run_in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
     For rare calls into user code (building or releasing an instance): unlike the loop's
     default executor, a call that hangs does not delay the process's exit.
     """
-    worker = DaemonWorker(getattr(fn, "__name__", "fnserve-call"))
+    worker = DaemonWorker(f"fnserve-{getattr(fn, '__name__', 'call')}")
     try:
         return await asyncio.wrap_future(worker.submit(fn, *args))
     finally:
