@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from fnserve.errors import ModelConfigError
+from fnserve.limits import DEFAULT_LIMITS, InputLimits
 
 LogFormat = Literal["text", "json"]
 
@@ -21,6 +22,9 @@ class ServerConfig:
         max_body_bytes: largest accepted HTTP request body, after decompression (gRPC has no
             limit of its own below 2 GiB, as in Triton).
         shutdown_timeout_s: how long in-flight requests may take to finish on SIGINT/SIGTERM.
+        max_name_length: longest model name, version or tensor name a request may give.
+        max_bytes_elements: most BYTES elements in one inference request (all inputs).
+        max_gzip_members: most members in one gzip-encoded HTTP request body.
         log_level, log_format: logging setup.
     """
 
@@ -30,6 +34,9 @@ class ServerConfig:
     metrics_port: int = 8002
     max_body_bytes: int = 64 * 1024 * 1024
     shutdown_timeout_s: float = 30.0
+    max_name_length: int = DEFAULT_LIMITS.max_name_length
+    max_bytes_elements: int = DEFAULT_LIMITS.max_bytes_elements
+    max_gzip_members: int = DEFAULT_LIMITS.max_gzip_members
     log_level: str = "INFO"
     log_format: LogFormat = "text"
 
@@ -43,3 +50,7 @@ class ServerConfig:
                 f"unknown server setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         return cls(**values)
+
+    def input_limits(self) -> InputLimits:
+        """The per-request input limits both codecs apply."""
+        return InputLimits(self.max_name_length, self.max_bytes_elements, self.max_gzip_members)
