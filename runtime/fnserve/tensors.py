@@ -121,7 +121,7 @@ def from_raw(
     name: str,
     datatype: str,
     shape: tuple[int, ...],
-    buf: bytes | memoryview,
+    buf: bytes | bytearray | memoryview,
     max_bytes_elements: int = DEFAULT_LIMITS.max_bytes_elements,
 ) -> Any:
     """Decode a raw little-endian tensor (the binary extension and gRPC raw contents).

@@ -87,7 +87,7 @@ def parse_header_length(value: bytes | None, body_length: int) -> int | None:
 def decode_request(
     model_name: str,
     model_version: str,
-    body: bytes,
+    body: bytes | bytearray,
     header_length: int | None,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> tuple[InferRequest, OutputPlan]:
@@ -118,7 +118,7 @@ def decode_request(
 def decode_raw_request(
     model_name: str,
     model_version: str,
-    body: bytes,
+    body: bytes | bytearray,
     config: ModelConfig,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> tuple[InferRequest, OutputPlan]:
@@ -195,7 +195,7 @@ def encode_response(response: InferResponse, plan: OutputPlan) -> tuple[bytes, i
     return b"".join([header, *blobs]), len(header)
 
 
-def parse_json(data: bytes | memoryview) -> Any:
+def parse_json(data: bytes | bytearray | memoryview) -> Any:
     """Parse a JSON document from a request body.
 
     Raises:
