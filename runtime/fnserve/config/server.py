@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from fnserve.errors import ModelConfigError
-from fnserve.limits import DEFAULT_LIMITS, InputLimits
+from fnserve.limits import DEFAULT_LIMITS, InputLimits, quote
 
 LogFormat = Literal["text", "json"]
 
@@ -42,15 +42,32 @@ class ServerConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
-        """Build from a mapping, rejecting unknown keys with the list of known ones."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        """Build from a mapping, rejecting unknown keys (with the list of known ones) and values
+        whose type differs from the setting's default (an int where a float is expected is fine).
+
+        Raises:
+            ModelConfigError: an unknown key or a value of the wrong type.
+        """
+        defaults = {f.name: f.default for f in fields(cls)}
+        unknown = sorted(quote(key) for key in values if key not in defaults)
         if unknown:
             raise ModelConfigError(
-                f"unknown server setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+                f"unknown server setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(defaults))}"
             )
+        for key, value in values.items():
+            _check_type(key, value, defaults[key])
         return cls(**values)
 
     def input_limits(self) -> InputLimits:
         """The per-request input limits both codecs apply."""
         return InputLimits(self.max_name_length, self.max_bytes_elements, self.max_gzip_members)
+
+
+def _check_type(key: str, value: Any, default: Any) -> None:
+    expected = type(default)
+    ok = type(value) is expected or (expected is float and type(value) is int)
+    if not ok:
+        raise ModelConfigError(
+            f"server setting '{key}' must be {expected.__name__}, got {quote(value)}"
+        )
