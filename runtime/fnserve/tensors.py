@@ -98,18 +98,17 @@ def check_dims(name: str, datatype: str, dims: Sequence[Any]) -> tuple[int, ...]
             f"input '{name}': shape has {len(dims)} dims, more than the {MAX_DIMS} allowed"
         )
     shape = tuple(dims)
+    dtype = _NUMPY_DTYPES.get(datatype)
+    size = 1 if dtype is None else dtype.itemsize
     for dim in shape:
         if type(dim) is not int or not 0 <= dim <= MAX_DIM:
             raise InvalidInputError(
                 f"input '{name}': shape must hold non-negative integers below 2^63, "
                 f"got {quote(dim)}"
             )
-    dtype = _NUMPY_DTYPES.get(datatype)
-    size = 1 if dtype is None else dtype.itemsize
-    for dim in shape:
         if dim:
             size *= dim
-            if size > MAX_DIM:
+            if size > MAX_DIM:  # raised at once: the product never grows past 2^126
                 raise InvalidInputError(
                     f"input '{name}': shape {format_shape(shape)} of {datatype} is larger than "
                     f"{MAX_DIM} bytes"

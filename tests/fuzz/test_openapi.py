@@ -2,8 +2,9 @@
 valid and invalid requests.
 
 Properties: no answer is a server error (except the statuses an operation lists in
-`x-fnserve-server-errors`: 501 for an unsupported feature, 500 for a failed load), and every answer conforms to the description (status documented, content type,
-body schema). The campaign is bounded by the hypothesis profile (see conftest.py).
+`x-fnserve-server-errors`: 501 for an unsupported feature, 500 for a failed load), and every
+answer conforms to the description (status documented, content type, body schema). The
+campaign is bounded by the hypothesis profile (see conftest.py).
 """
 
 from __future__ import annotations

@@ -154,18 +154,18 @@ def _output_names(msg: pb.ModelInferRequest, limits: InputLimits) -> tuple[str, 
 def _decode_inputs(msg: pb.ModelInferRequest, limits: InputLimits) -> tuple[InferInput, ...]:
     raw = msg.raw_input_contents
     tensors = msg.inputs
-    for tensor in tensors:
-        check_name("input name", tensor.name, limits)
     budget = limits.max_bytes_elements  # BYTES elements left for this request
     if not raw:
         typed = []
         for tensor in tensors:
+            check_name("input name", tensor.name, limits)
             item = _decode_typed(tensor, budget)
             if item.datatype == "BYTES":
                 budget -= item.data.size
             typed.append(item)
         return tuple(typed)
     for tensor in tensors:
+        check_name("input name", tensor.name, limits)
         if tensor.HasField("contents"):
             raise InvalidInputError(
                 f"input '{tensor.name}': contents must not be given when the request uses "
