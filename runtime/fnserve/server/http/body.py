@@ -21,7 +21,7 @@ _RAW_WBITS = -zlib.MAX_WBITS
 _COMPRESS_LEVEL = 6  # zlib's default, as Triton uses
 # First slice of input fed per compressed member (doubling after): small enough that a tiny
 # member wastes little copying, and large members quickly reach large slices.
-_FIRST_CHUNK = 4096
+_FIRST_CHUNK = 512
 
 
 class ClientDisconnectedError(Exception):
