@@ -56,7 +56,7 @@ class TestDims:
             check_shape("X", "FP32", [0, dim])
 
     def test_byte_size_past_int64_even_when_empty(self) -> None:
-        with pytest.raises(InvalidInputError, match=r"\[0, 4611686018427387904, 2\] of FP32"):
+        with pytest.raises(InvalidInputError, match=r"\[0, 4611686018427387904, 2\] of 'FP32'"):
             check_dims("X", "FP32", [0, 2**62, 2])
 
     def test_largest_empty_tensor_numpy_can_hold(self) -> None:

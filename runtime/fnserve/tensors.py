@@ -50,7 +50,7 @@ def numpy_dtype(datatype: str) -> np.dtype[Any]:
 
 def _unknown_datatype(datatype: str) -> np.dtype[Any]:
     raise InvalidInputError(
-        f"unknown datatype '{datatype}', expected one of {', '.join(DATATYPES)}"
+        f"unknown datatype {quote(datatype)}, expected one of {', '.join(DATATYPES)}"
     )
 
 
@@ -110,8 +110,8 @@ def check_dims(name: str, datatype: str, dims: Sequence[Any]) -> tuple[int, ...]
             size *= dim
             if size > MAX_DIM:  # raised at once: the product never grows past 2^126
                 raise InvalidInputError(
-                    f"input '{name}': shape {format_shape(shape)} of {datatype} is larger than "
-                    f"{MAX_DIM} bytes"
+                    f"input '{name}': shape {format_shape(shape)} of {quote(datatype, 16)} is "
+                    f"larger than {MAX_DIM} bytes"
                 )
     return shape
 

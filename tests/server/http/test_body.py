@@ -56,6 +56,12 @@ class TestReadBody:
         body = await read_body(_receiver(_chunks(b"ab", b"cd", b"e")), 10, declared=5)
         assert body == b"abcde"
 
+    async def test_large_declared_body_is_mapped_lazily(self) -> None:
+        parts = [os.urandom(700_000), os.urandom(700_000), os.urandom(700_000)]
+        body = await read_body(_receiver(_chunks(*parts)), 1 << 22, declared=2_100_000)
+        assert isinstance(body, memoryview)  # an anonymous map, not a zero-filled bytearray
+        assert body == b"".join(parts)
+
     async def test_body_shorter_than_declared(self) -> None:
         with pytest.raises(InvalidInputError, match="shorter than its Content-Length"):
             await read_body(_receiver(_chunks(b"ab", b"cd")), 10, declared=5)

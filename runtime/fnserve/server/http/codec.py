@@ -87,7 +87,7 @@ def parse_header_length(value: bytes | None, body_length: int) -> int | None:
 def decode_request(
     model_name: str,
     model_version: str,
-    body: bytes | bytearray,
+    body: bytes | bytearray | memoryview,
     header_length: int | None,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> tuple[InferRequest, OutputPlan]:
@@ -118,7 +118,7 @@ def decode_request(
 def decode_raw_request(
     model_name: str,
     model_version: str,
-    body: bytes | bytearray,
+    body: bytes | bytearray | memoryview,
     config: ModelConfig,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> tuple[InferRequest, OutputPlan]:

@@ -140,7 +140,7 @@ class _Endpoints:
         return Response(status_code=200)
 
     async def _json_body(self, request: Request) -> dict[str, Any]:
-        body = await read_body(request.receive, self.limit, _content_length(request))
+        body = bytes(await read_body(request.receive, self.limit, _content_length(request)))
         if not body.strip():
             return {}
         doc = parse_json(body)
