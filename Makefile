@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve test check proto bench clean
+.PHONY: install serve test fuzz check proto bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# A longer fuzz campaign than the one `make test` runs (random seed; see benchmarks/fuzz.sh).
+fuzz: $(STAMP)
+	PYTHON=$(BIN)/python benchmarks/fuzz.sh
+
 check: $(STAMP)
 	$(BIN)/ruff format --check runtime functions tests benchmarks
 	$(BIN)/ruff check runtime functions tests benchmarks
@@ -30,4 +34,4 @@ proto: $(STAMP)
 	$(BIN)/python -m fnserve.server.grpc.generate
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -16,6 +16,7 @@ import click
 from fnserve import __version__
 from fnserve.config.server import ServerConfig
 from fnserve.errors import FnserveError
+from fnserve.limits import DEFAULT_LIMITS
 from fnserve.logs import configure
 from fnserve.repository.discover import discover
 from fnserve.runtime import Runtime
@@ -73,6 +74,24 @@ def main() -> None:
     "--debug-errors",
     is_flag=True,
     help="Send model exception messages to clients whole; by default host paths are scrubbed.",
+)
+@click.option(
+    "--max-name-length",
+    default=DEFAULT_LIMITS.max_name_length,
+    show_default=True,
+    help="Longest model name, version or tensor name a request may give.",
+)
+@click.option(
+    "--max-bytes-elements",
+    default=DEFAULT_LIMITS.max_bytes_elements,
+    show_default=True,
+    help="Most BYTES elements in one inference request, all inputs together.",
+)
+@click.option(
+    "--max-gzip-members",
+    default=DEFAULT_LIMITS.max_gzip_members,
+    show_default=True,
+    help="Most members in one gzip-encoded HTTP request body.",
 )
 @click.option(
     "--log-level",

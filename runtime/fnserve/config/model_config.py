@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fnserve.errors import ModelConfigError
+from fnserve.limits import quote
 from fnserve.tensors import DATATYPES, config_type
 
 InstanceKind = Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU"]
@@ -24,6 +25,23 @@ _ACTIONS = ("REJECT", "DELAY")
 _ISOLATIONS = ("thread", "process")
 # The `parameters` key that carries the execution timeout (what a config.pbtxt would set).
 EXECUTION_TIMEOUT_KEY = "execution_timeout_s"
+
+
+def _freeze(record: object, name: str, kind: type[tuple[Any, ...]] | type[dict[Any, Any]]) -> None:
+    """Replace field `name` of a frozen record by its tuple/dict copy, or refuse it."""
+    value = getattr(record, name)
+    try:
+        frozen = kind(value)
+    except (TypeError, ValueError):
+        shape = "a list" if kind is tuple else "a mapping"
+        raise ModelConfigError(
+            f"{type(record).__name__} {name} must be {shape}, got {quote(value)}"
+        ) from None
+    object.__setattr__(record, name, frozen)
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
 
 
 @dataclass(frozen=True)
@@ -46,7 +64,7 @@ class Tensor:
     optional: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dims", tuple(self.dims))
+        _freeze(self, "dims", tuple)
 
 
 @dataclass(frozen=True)
@@ -90,8 +108,8 @@ class DynamicBatching:
     priority_queue_policy: Mapping[int, QueuePolicy] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "preferred_batch_size", tuple(self.preferred_batch_size))
-        object.__setattr__(self, "priority_queue_policy", dict(self.priority_queue_policy))
+        _freeze(self, "preferred_batch_size", tuple)
+        _freeze(self, "priority_queue_policy", dict)
 
     def queue_policy(self, level: int) -> QueuePolicy:
         """The policy that governs priority `level`."""
@@ -118,7 +136,7 @@ class InstanceGroup:
     isolation: Isolation = "thread"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", tuple(self.gpus))
+        _freeze(self, "gpus", tuple)
 
 
 @dataclass(frozen=True)
@@ -141,10 +159,9 @@ class ModelConfig:
     execution_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "instance_group", tuple(self.instance_group))
-        object.__setattr__(self, "parameters", dict(self.parameters))
+        for name in ("inputs", "outputs", "instance_group"):
+            _freeze(self, name, tuple)
+        _freeze(self, "parameters", dict)
         _ConfigValidator(self).validate()
         _merge_execution_timeout(self)
 
@@ -334,23 +351,23 @@ class _ConfigValidator:
         for t in tensors:
             if not isinstance(t, Tensor):
                 self.fail(f"{field_name} must hold Tensor(...) declarations, got {t!r}")
-            if not t.name or t.name in seen:
+            if type(t.name) is not str or not t.name or t.name in seen:
                 self.fail(
                     f"{field_name}: tensor names must be unique and non-empty, got {t.name!r}"
                 )
             seen.add(t.name)
-            if t.datatype not in DATATYPES:
+            if type(t.datatype) is not str or t.datatype not in DATATYPES:
                 self.fail(
                     f"{field_name} '{t.name}': datatype {t.datatype!r} is not one of "
                     f"{', '.join(DATATYPES)}"
                 )
-            if not t.dims or any(
-                isinstance(d, bool) or not isinstance(d, int) or d < -1 for d in t.dims
-            ):
+            if not t.dims or any(not _is_int(d) or d < -1 for d in t.dims):
                 self.fail(
                     f"{field_name} '{t.name}': dims must be a non-empty list of integers >= -1, "
                     f"got {list(t.dims)}"
                 )
+            if type(t.optional) is not bool:
+                self.fail(f"{field_name} '{t.name}': optional must be true or false")
             if field_name == "outputs" and t.optional:
                 self.fail(f"output '{t.name}': only inputs can be optional")
 
@@ -359,11 +376,11 @@ class _ConfigValidator:
             self.fail(f"instance_group must hold InstanceGroup(...) entries, got {g!r}")
         if isinstance(g.count, bool) or not isinstance(g.count, int) or g.count < 1:
             self.fail(f"instance_group count must be an integer >= 1, got {g.count!r}")
-        if g.kind not in _KINDS:
+        if type(g.kind) is not str or g.kind not in _KINDS:
             self.fail(f"instance_group kind must be one of {', '.join(_KINDS)}, got {g.kind!r}")
         if g.gpus and g.kind == "KIND_CPU":
             self.fail(f"instance_group gpus {list(g.gpus)} given for KIND_CPU; use KIND_GPU")
-        if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in g.gpus):
+        if any(not _is_int(i) or i < 0 for i in g.gpus):
             self.fail(f"instance_group gpus must be GPU indices >= 0, got {list(g.gpus)}")
         if g.isolation not in _ISOLATIONS:
             self.fail(
@@ -377,28 +394,29 @@ class _ConfigValidator:
         if not c.batching:
             self.fail("dynamic_batching needs max_batch_size >= 1")
         for size in b.preferred_batch_size:
-            if not isinstance(size, int) or not 1 <= size <= c.max_batch_size:
+            if not _is_int(size) or not 1 <= size <= c.max_batch_size:
                 self.fail(
                     f"preferred_batch_size {size!r} must be between 1 and max_batch_size "
                     f"{c.max_batch_size}"
                 )
-        if (
-            not isinstance(b.max_queue_delay_microseconds, int)
-            or b.max_queue_delay_microseconds < 0
-        ):
+        if not _is_int(b.max_queue_delay_microseconds) or b.max_queue_delay_microseconds < 0:
             self.fail(
                 f"max_queue_delay_microseconds must be >= 0, got {b.max_queue_delay_microseconds!r}"
             )
-        if not isinstance(b.priority_levels, int) or b.priority_levels < 0:
+        if not _is_int(b.priority_levels) or b.priority_levels < 0:
             self.fail(f"priority_levels must be >= 0, got {b.priority_levels!r}")
         levels = b.priority_levels
-        if levels and not 1 <= b.default_priority_level <= levels:
+        if type(b.preserve_ordering) is not bool:
+            self.fail(f"preserve_ordering must be true or false, got {b.preserve_ordering!r}")
+        if not _is_int(b.default_priority_level) or (
+            levels and not 1 <= b.default_priority_level <= levels
+        ):
             self.fail(
                 f"default_priority_level {b.default_priority_level!r} must be between 1 and "
                 f"priority_levels {levels}"
             )
         for level, policy in b.priority_queue_policy.items():
-            if not levels or not 1 <= level <= levels:
+            if not levels or not _is_int(level) or not 1 <= level <= levels:
                 self.fail(f"priority_queue_policy level {level!r} is outside 1..{levels}")
             self._policy(policy)
         self._policy(b.default_queue_policy)
@@ -406,7 +424,12 @@ class _ConfigValidator:
     def _policy(self, p: QueuePolicy) -> None:
         if not isinstance(p, QueuePolicy):
             self.fail(f"queue policy must be QueuePolicy(...), got {p!r}")
-        if p.timeout_action not in _ACTIONS:
+        if type(p.timeout_action) is not str or p.timeout_action not in _ACTIONS:
             self.fail(f"timeout_action must be REJECT or DELAY, got {p.timeout_action!r}")
-        if p.default_timeout_microseconds < 0 or p.max_queue_size < 0:
+        if type(p.allow_timeout_override) is not bool:
+            self.fail(
+                f"allow_timeout_override must be true or false, got {p.allow_timeout_override!r}"
+            )
+        numbers = (p.default_timeout_microseconds, p.max_queue_size)
+        if not all(_is_int(n) for n in numbers) or min(numbers) < 0:
             self.fail("default_timeout_microseconds and max_queue_size must be >= 0")

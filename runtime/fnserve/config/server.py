@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal, NamedTuple
 
 from fnserve.errors import ModelConfigError
+from fnserve.limits import DEFAULT_LIMITS, InputLimits, quote
 
 LogFormat = Literal["text", "json"]
 
@@ -42,6 +43,9 @@ class ServerConfig:
             `execution_timeout_s` wins.
         max_queue_size: default bound of each model's queue when its queue policy sets none.
         debug_errors: send model exception messages to clients unscrubbed.
+        max_name_length: longest model name, version or tensor name a request may give.
+        max_bytes_elements: most BYTES elements in one inference request (all inputs).
+        max_gzip_members: most members in one gzip-encoded HTTP request body.
         log_level, log_format: logging setup.
     """
 
@@ -54,6 +58,9 @@ class ServerConfig:
     execution_timeout_s: float = 0.0
     max_queue_size: int = 1024
     debug_errors: bool = False
+    max_name_length: int = DEFAULT_LIMITS.max_name_length
+    max_bytes_elements: int = DEFAULT_LIMITS.max_bytes_elements
+    max_gzip_members: int = DEFAULT_LIMITS.max_gzip_members
     log_level: str = "INFO"
     log_format: LogFormat = "text"
 
@@ -68,13 +75,21 @@ class ServerConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
-        """Build from a mapping, rejecting unknown keys with the list of known ones."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        """Build from a mapping, rejecting unknown keys (with the list of known ones) and values
+        whose type differs from the setting's default (an int where a float is expected is fine).
+
+        Raises:
+            ModelConfigError: an unknown key or a value of the wrong type.
+        """
+        defaults = {f.name: f.default for f in fields(cls)}
+        unknown = sorted(quote(key) for key in values if key not in defaults)
         if unknown:
             raise ModelConfigError(
-                f"unknown server setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+                f"unknown server setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(defaults))}"
             )
+        for key, value in values.items():
+            _check_type(key, value, defaults[key])
         return cls(**values)
 
     def model_defaults(self) -> ModelDefaults:
@@ -84,4 +99,17 @@ class ServerConfig:
             self.max_queue_size,
             self.shutdown_timeout_s,
             self.debug_errors,
+        )
+
+    def input_limits(self) -> InputLimits:
+        """The per-request input limits both codecs apply."""
+        return InputLimits(self.max_name_length, self.max_bytes_elements, self.max_gzip_members)
+
+
+def _check_type(key: str, value: Any, default: Any) -> None:
+    expected = type(default)
+    ok = type(value) is expected or (expected is float and type(value) is int)
+    if not ok:
+        raise ModelConfigError(
+            f"server setting '{key}' must be {expected.__name__}, got {quote(value)}"
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.errors import InvalidInputError, UnsupportedError
+from fnserve.limits import quote
 from fnserve.types import Array, InferRequest, ParamValue
 
 # Request parameters Triton interprets itself; none of them reaches the model.
@@ -83,7 +84,8 @@ def _validate_inputs(config: ModelConfig, request: InferRequest) -> dict[str, Ar
             raise InvalidInputError(f"input '{tensor.name}' is given more than once")
         if tensor.datatype != spec.datatype:
             raise InvalidInputError(
-                f"input '{tensor.name}': expected datatype {spec.datatype}, got {tensor.datatype}"
+                f"input '{tensor.name}': expected datatype {spec.datatype}, got "
+                f"{quote(tensor.datatype)}"
             )
         _check_dims(config, spec, tensor.data.shape)
         inputs[tensor.name] = tensor.data
@@ -150,7 +152,7 @@ def _split_parameters(
     for key, value in parameters.items():
         if key.startswith("triton_"):
             raise InvalidInputError(
-                f"parameter keys starting with 'triton_' are reserved, got '{key}'"
+                f"parameter keys starting with 'triton_' are reserved, got {quote(key)}"
             )
         if key not in _SCHEDULING_KEYS:
             custom[key] = value
@@ -160,5 +162,7 @@ def _split_parameters(
 def _uint_parameter(parameters: Mapping[str, ParamValue], key: str) -> int:
     value: Any = parameters.get(key, 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"parameter '{key}' must be an unsigned integer, got {value!r}")
+        raise InvalidInputError(
+            f"parameter '{key}' must be an unsigned integer, got {quote(value)}"
+        )
     return int(value)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import os
+import time
 import zlib
 from collections.abc import Iterable
 
@@ -50,6 +52,24 @@ class TestReadBody:
         with pytest.raises(PayloadTooLargeError):
             await read_body(_receiver(_chunks(*parts)), 10)
 
+    async def test_declared_length_fills_one_buffer(self) -> None:
+        body = await read_body(_receiver(_chunks(b"ab", b"cd", b"e")), 10, declared=5)
+        assert body == b"abcde"
+
+    async def test_large_declared_body_is_mapped_lazily(self) -> None:
+        parts = [os.urandom(700_000), os.urandom(700_000), os.urandom(700_000)]
+        body = await read_body(_receiver(_chunks(*parts)), 1 << 22, declared=2_100_000)
+        assert isinstance(body, memoryview)  # an anonymous map, not a zero-filled bytearray
+        assert body == b"".join(parts)
+
+    async def test_body_shorter_than_declared(self) -> None:
+        with pytest.raises(InvalidInputError, match="shorter than its Content-Length"):
+            await read_body(_receiver(_chunks(b"ab", b"cd")), 10, declared=5)
+
+    async def test_body_longer_than_declared(self) -> None:
+        with pytest.raises(InvalidInputError, match="longer than its Content-Length"):
+            await read_body(_receiver(_chunks(b"ab", b"cdef")), 10, declared=5)
+
     async def test_disconnect_while_reading(self) -> None:
         messages = [*_chunks(b"ab", b"cd")[:1], {"type": "http.disconnect"}]
         with pytest.raises(ClientDisconnectedError):
@@ -90,6 +110,24 @@ class TestDecompress:
     def test_corrupt_or_truncated(self, packed: bytes) -> None:
         with pytest.raises(InvalidInputError, match="gzip"):
             decompress(packed, b"gzip", 1000)
+
+    def test_members_past_the_cap_are_refused(self) -> None:
+        body = gzip.compress(b"a") * 65
+        assert decompress(body[: len(body) // 65 * 64], b"gzip", 1000, max_members=64) == b"a" * 64
+        with pytest.raises(InvalidInputError, match="more than 64 gzip members"):
+            decompress(body, b"gzip", 1000, max_members=64)
+
+    def test_many_members_take_linear_time(self) -> None:
+        # 4 MB of empty members: re-slicing the rest per member (as before) copies ~40 GB
+        body = gzip.compress(b"") * 200_000
+        start = time.perf_counter()
+        assert decompress(body, b"gzip", 1000, max_members=10**6) == b""
+        assert time.perf_counter() - start < 5
+
+    def test_large_and_small_members_mixed(self) -> None:
+        parts = [os.urandom(300_000), b"", b"x", os.urandom(5000)]
+        body = b"".join(gzip.compress(part) for part in parts)
+        assert decompress(body, b"gzip", 10**6) == b"".join(parts)
 
     def test_unknown_encoding(self) -> None:
         with pytest.raises(UnsupportedError, match="br"):

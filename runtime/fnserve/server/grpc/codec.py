@@ -15,8 +15,16 @@ from typing import Any
 import numpy as np
 
 from fnserve.errors import InvalidInputError
+from fnserve.limits import DEFAULT_LIMITS, InputLimits, check_model, check_name, format_shape, quote
 from fnserve.server.grpc._proto import grpc_service_pb2 as pb
-from fnserve.tensors import element_count, from_raw, numpy_dtype, to_raw
+from fnserve.tensors import (
+    check_bytes_count,
+    check_dims,
+    element_count,
+    from_raw,
+    numpy_dtype,
+    to_raw,
+)
 from fnserve.types import Array, InferInput, InferRequest, InferResponse, ParamValue
 
 # Stream-only parameters: the request flag is dropped before the core sees the request; the
@@ -51,8 +59,18 @@ def check_version(version: str) -> str:
         InvalidInputError: anything else, as Triton answers for a non-integer version.
     """
     if version and not (version.isascii() and version.isdigit()):
-        raise InvalidInputError(f"model version must be an integer, got '{version}'")
+        raise InvalidInputError(f"model version must be an integer, got {quote(version)}")
     return version
+
+
+def check_target(name: str, version: str, limits: InputLimits = DEFAULT_LIMITS) -> str:
+    """Check a request's model name and version (lengths first); returns the version.
+
+    Raises:
+        InvalidInputError: a name or version past `limits`, or a non-integer version.
+    """
+    check_model(name, version, limits)
+    return check_version(version)
 
 
 def decode_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, ParamValue]:
@@ -65,7 +83,7 @@ def decode_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, Para
     for key, param in params.items():
         choice = param.WhichOneof("parameter_choice")
         if choice is None:
-            raise InvalidInputError(f"parameter '{key}' has no value")
+            raise InvalidInputError(f"parameter {quote(key)} has no value")
         values[key] = getattr(param, choice)
     return values
 
@@ -104,34 +122,50 @@ def split_parameters(msg: pb.ModelInferRequest) -> dict[str, ParamValue]:
     empty_final = values.pop(EMPTY_FINAL_RESPONSE, False)
     if not isinstance(empty_final, bool):
         raise InvalidInputError(
-            f"parameter '{EMPTY_FINAL_RESPONSE}' must be a bool_param, got {empty_final!r}"
+            f"parameter '{EMPTY_FINAL_RESPONSE}' must be a bool_param, got {quote(empty_final)}"
         )
     return values
 
 
-def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
+def decode_request(msg: pb.ModelInferRequest, limits: InputLimits = DEFAULT_LIMITS) -> InferRequest:
     """ModelInferRequest -> InferRequest.
 
     Raises:
         InvalidInputError: malformed tensors, raw/typed contents mixed or miscounted, bad
-            parameters or version.
+            parameters or version, a name or size past `limits`.
     """
+    version = check_target(msg.model_name, msg.model_version, limits)
     return InferRequest(
         model_name=msg.model_name,
-        inputs=_decode_inputs(msg),
-        model_version=check_version(msg.model_version),
+        inputs=_decode_inputs(msg, limits),
+        model_version=version,
         id=msg.id,
-        outputs=tuple(o.name for o in msg.outputs) if msg.outputs else None,
+        outputs=_output_names(msg, limits),
         parameters=split_parameters(msg),
     )
 
 
-def _decode_inputs(msg: pb.ModelInferRequest) -> tuple[InferInput, ...]:
+def _output_names(msg: pb.ModelInferRequest, limits: InputLimits) -> tuple[str, ...] | None:
+    if not msg.outputs:
+        return None
+    return tuple(check_name("output name", o.name, limits) for o in msg.outputs)
+
+
+def _decode_inputs(msg: pb.ModelInferRequest, limits: InputLimits) -> tuple[InferInput, ...]:
     raw = msg.raw_input_contents
-    if not raw:
-        return tuple(_decode_typed(tensor) for tensor in msg.inputs)
     tensors = msg.inputs
+    budget = limits.max_bytes_elements  # BYTES elements left for this request
+    if not raw:
+        typed = []
+        for tensor in tensors:
+            check_name("input name", tensor.name, limits)
+            item = _decode_typed(tensor, budget)
+            if item.datatype == "BYTES":
+                budget -= item.data.size
+            typed.append(item)
+        return tuple(typed)
     for tensor in tensors:
+        check_name("input name", tensor.name, limits)
         if tensor.HasField("contents"):
             raise InvalidInputError(
                 f"input '{tensor.name}': contents must not be given when the request uses "
@@ -143,23 +177,15 @@ def _decode_inputs(msg: pb.ModelInferRequest) -> tuple[InferInput, ...]:
         )
     inputs = []
     for tensor, buf in zip(tensors, raw, strict=True):
-        shape = _shape(tensor)
-        data = from_raw(tensor.name, tensor.datatype, shape, buf)
+        shape = check_dims(tensor.name, tensor.datatype, tensor.shape)
+        data = from_raw(tensor.name, tensor.datatype, shape, buf, budget)
+        if tensor.datatype == "BYTES":
+            budget -= data.size
         inputs.append(InferInput(tensor.name, tensor.datatype, data))
     return tuple(inputs)
 
 
-def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[int, ...]:
-    shape = tuple(tensor.shape)
-    for dim in shape:
-        if dim < 0:
-            raise InvalidInputError(
-                f"input '{tensor.name}': shape must hold non-negative integers, got {list(shape)}"
-            )
-    return shape
-
-
-def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> InferInput:
+def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor, budget: int) -> InferInput:
     name, datatype = tensor.name, tensor.datatype
     if not tensor.HasField("contents"):
         raise InvalidInputError(f"input '{name}': no data, expected contents or raw_input_contents")
@@ -176,12 +202,15 @@ def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> InferInput:
                 f"input '{name}': {other.name} given for datatype {datatype}, expected {field}"
             )
     values = getattr(contents, field)
-    shape = _shape(tensor)
+    shape = check_dims(name, datatype, tensor.shape)
     count = element_count(shape)
     if len(values) != count:
         raise InvalidInputError(
-            f"input '{name}': expected {count} elements for shape {list(shape)}, got {len(values)}"
+            f"input '{name}': expected {count} elements for shape {format_shape(shape)}, "
+            f"got {len(values)}"
         )
+    if datatype == "BYTES":
+        check_bytes_count(name, count, budget)
     return InferInput(name, datatype, _typed_array(name, datatype, values).reshape(shape))
 
 

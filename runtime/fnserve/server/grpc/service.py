@@ -18,10 +18,11 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from fnserve.errors import InvalidInputError, UnsupportedError
+from fnserve.limits import DEFAULT_LIMITS, InputLimits, check_model, quote
 from fnserve.server.grpc._proto import grpc_service_pb2 as pb, health_pb2
 from fnserve.server.grpc._proto.grpc_service_grpc import GRPCInferenceServiceBase
 from fnserve.server.grpc._proto.health_grpc import HealthBase
-from fnserve.server.grpc.codec import check_version, decode_request, encode_response
+from fnserve.server.grpc.codec import check_target, decode_request, encode_response
 from fnserve.server.grpc.errors import to_grpc_error
 from fnserve.server.grpc.reply import send_unary
 from fnserve.server.grpc.stream import serve_stream
@@ -63,10 +64,16 @@ class InferenceService(GRPCInferenceServiceBase):
 
     Args:
         runtime: the models to serve.
+        limits: names and sizes one request may use.
     """
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, limits: InputLimits = DEFAULT_LIMITS) -> None:
         self._runtime = runtime
+        self._limits = limits
+
+    def _version(self, request: Any) -> str:
+        """The request's version, once its model name and version pass the limits."""
+        return check_target(request.name, request.version, self._limits)
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -89,7 +96,7 @@ class InferenceService(GRPCInferenceServiceBase):
 
     async def _model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
         # An unknown model is "not ready", not an error (Triton answers OK, ready=false).
-        ready = self._runtime.model_ready(request.name, check_version(request.version))
+        ready = self._runtime.model_ready(request.name, self._version(request))
         return pb.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(
@@ -106,7 +113,7 @@ class InferenceService(GRPCInferenceServiceBase):
         await _answer(stream, self._model_metadata)
 
     async def _model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
-        doc = self._runtime.model_metadata(request.name, check_version(request.version))
+        doc = self._runtime.model_metadata(request.name, self._version(request))
         return _parse(doc, pb.ModelMetadataResponse())
 
     async def ModelConfig(
@@ -115,7 +122,7 @@ class InferenceService(GRPCInferenceServiceBase):
         await _answer(stream, self._model_config)
 
     async def _model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        config = self._runtime.model_config(request.name, check_version(request.version))
+        config = self._runtime.model_config(request.name, self._version(request))
         reply = pb.ModelConfigResponse()
         # The JSON form is the one source of truth; HTTP serves the same document.
         _parse(config.to_json(), reply.config)
@@ -129,7 +136,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def _model_statistics(
         self, request: pb.ModelStatisticsRequest
     ) -> pb.ModelStatisticsResponse:
-        doc = self._runtime.statistics(request.name, check_version(request.version))
+        doc = self._runtime.statistics(request.name, self._version(request))
         return _parse(doc, pb.ModelStatisticsResponse())
 
     # -- inference -----------------------------------------------------------------------
@@ -140,7 +147,7 @@ class InferenceService(GRPCInferenceServiceBase):
             msg = await stream.recv_message()
             if msg is None:
                 raise InvalidInputError("the request message is missing")
-            request = decode_request(msg)
+            request = decode_request(msg, self._limits)
             parts = encode_response(await self._runtime.infer(request))
         except Exception as exc:
             raise to_grpc_error(exc) from None
@@ -174,9 +181,10 @@ class InferenceService(GRPCInferenceServiceBase):
         for key in request.parameters:
             if key == _OVERRIDE_PARAMETER or key.startswith(_FILE_PARAMETER_PREFIX):
                 raise UnsupportedError(
-                    f"load parameter '{key}' is not supported: fnserve loads models only from "
+                    f"load parameter {quote(key)} is not supported: fnserve loads models only from "
                     "their own definitions"
                 )
+        check_model(request.model_name, "", self._limits)
         await self._runtime.load_model(request.model_name)
         return pb.RepositoryModelLoadResponse()
 
@@ -191,6 +199,7 @@ class InferenceService(GRPCInferenceServiceBase):
         params = request.parameters
         # tritonclient always sends this flag; indexing a missing key would insert it.
         dependents = "unload_dependents" in params and params["unload_dependents"].bool_param
+        check_model(request.model_name, "", self._limits)
         await self._runtime.unload_model(request.model_name, unload_dependents=dependents)
         return pb.RepositoryModelUnloadResponse()
 
@@ -258,8 +267,7 @@ def grpc_services(
 
     Args:
         runtime: the models to serve.
-        config: server settings (reserved: grpclib applies no message size limit, and none is
-            imposed here, as Triton accepts messages up to 2 GiB).
+        config: server settings (the input limits are taken from it).
     """
-    del config
-    return [InferenceService(runtime), HealthService(runtime)]
+    limits = DEFAULT_LIMITS if config is None else config.input_limits()
+    return [InferenceService(runtime, limits), HealthService(runtime)]

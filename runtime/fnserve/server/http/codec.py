@@ -18,6 +18,7 @@ import orjson
 
 from fnserve.config.model_config import ModelConfig
 from fnserve.errors import InvalidInputError, UnsupportedError
+from fnserve.limits import DEFAULT_LIMITS, InputLimits, check_model, check_name, quote
 from fnserve.tensors import (
     check_shape,
     element_count,
@@ -73,7 +74,8 @@ def parse_header_length(value: bytes | None, body_length: int) -> int | None:
         length = int(value)
     except ValueError:
         raise InvalidInputError(
-            f"Inference-Header-Content-Length must be an integer, got {value.decode('latin-1')!r}"
+            "Inference-Header-Content-Length must be an integer, got "
+            f"{quote(value.decode('latin-1'))}"
         ) from None
     if not 0 <= length <= body_length:
         raise InvalidInputError(
@@ -83,14 +85,19 @@ def parse_header_length(value: bytes | None, body_length: int) -> int | None:
 
 
 def decode_request(
-    model_name: str, model_version: str, body: bytes, header_length: int | None
+    model_name: str,
+    model_version: str,
+    body: bytes | bytearray | memoryview,
+    header_length: int | None,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> tuple[InferRequest, OutputPlan]:
     """Decode a JSON (or JSON + binary) inference body; `header_length` None means all JSON.
 
     Raises:
-        InvalidInputError: malformed JSON or tensors.
+        InvalidInputError: malformed JSON or tensors, a name or size past `limits`.
         UnsupportedError: shared memory or classification asked for.
     """
+    check_model(model_name, model_version, limits)
     if header_length is None:
         doc, binary = parse_json(body), memoryview(b"")
     else:
@@ -98,18 +105,22 @@ def decode_request(
         doc, binary = parse_json(view[:header_length]), view[header_length:]
     if type(doc) is not dict:
         raise InvalidInputError(f"inference request must be a JSON object, got {_kind(doc)}")
-    inputs = _decode_inputs(doc.get("inputs"), binary)
+    inputs = _decode_inputs(doc.get("inputs"), binary, limits)
     parameters, default_binary = _request_parameters(doc.get("parameters"))
-    outputs, plan = _requested_outputs(doc.get("outputs"), default_binary)
+    outputs, plan = _requested_outputs(doc.get("outputs"), default_binary, limits)
     request_id = doc.get("id", "")
     if type(request_id) is not str:
-        raise InvalidInputError(f"request 'id' must be a string, got {request_id!r}")
+        raise InvalidInputError(f"request 'id' must be a string, got {quote(request_id)}")
     request = InferRequest(model_name, inputs, model_version, request_id, outputs, parameters)
     return request, plan
 
 
 def decode_raw_request(
-    model_name: str, model_version: str, body: bytes, config: ModelConfig
+    model_name: str,
+    model_version: str,
+    body: bytes | bytearray | memoryview,
+    config: ModelConfig,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> tuple[InferRequest, OutputPlan]:
     """Decode a raw binary request (header length 0): the body is the model's only input.
 
@@ -135,7 +146,9 @@ def decode_raw_request(
                 f"input '{spec.name}': raw body of {len(body)} bytes is not a whole number of "
                 f"{spec.datatype} elements"
             )
-        data = from_raw(spec.name, spec.datatype, (len(body) // itemsize,), body)
+        data = from_raw(
+            spec.name, spec.datatype, (len(body) // itemsize,), body, limits.max_bytes_elements
+        )
     if config.batching:
         data = data.reshape((1, *data.shape))
     inputs = (InferInput(spec.name, spec.datatype, data),)
@@ -182,7 +195,7 @@ def encode_response(response: InferResponse, plan: OutputPlan) -> tuple[bytes, i
     return b"".join([header, *blobs]), len(header)
 
 
-def parse_json(data: bytes | memoryview) -> Any:
+def parse_json(data: bytes | bytearray | memoryview) -> Any:
     """Parse a JSON document from a request body.
 
     Raises:
@@ -198,13 +211,16 @@ def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _decode_inputs(specs: Any, binary: memoryview) -> tuple[InferInput, ...]:
+def _decode_inputs(specs: Any, binary: memoryview, limits: InputLimits) -> tuple[InferInput, ...]:
     if type(specs) is not list:
         raise InvalidInputError(f"request 'inputs' must be a list, got {_kind(specs)}")
     inputs = []
     offset = 0
+    budget = limits.max_bytes_elements  # BYTES elements left for this request
     for spec in specs:
-        item, offset = _decode_input(spec, binary, offset)
+        item, offset = _decode_input(spec, binary, offset, budget, limits)
+        if item.datatype == "BYTES":
+            budget -= item.data.size
         inputs.append(item)
     if offset != len(binary):
         raise InvalidInputError(
@@ -213,17 +229,20 @@ def _decode_inputs(specs: Any, binary: memoryview) -> tuple[InferInput, ...]:
     return tuple(inputs)
 
 
-def _decode_input(spec: Any, binary: memoryview, offset: int) -> tuple[InferInput, int]:
+def _decode_input(
+    spec: Any, binary: memoryview, offset: int, budget: int, limits: InputLimits
+) -> tuple[InferInput, int]:
     if type(spec) is not dict:
         raise InvalidInputError(f"each input must be a JSON object, got {_kind(spec)}")
     name = spec.get("name")
     datatype = spec.get("datatype")
     if type(name) is not str or type(datatype) is not str:
         raise InvalidInputError(
-            f"each input needs string 'name' and 'datatype', got {name!r} and {datatype!r}"
+            f"each input needs string 'name' and 'datatype', got {quote(name)} and "
+            f"{quote(datatype)}"
         )
-    raw_shape: Any = spec.get("shape")
-    shape = check_shape(name, raw_shape)
+    check_name("input name", name, limits)
+    shape = check_shape(name, datatype, spec.get("shape"))
     size = _binary_size(name, spec.get("parameters"))
     if size is not None:
         if "data" in spec:
@@ -234,13 +253,14 @@ def _decode_input(spec: Any, binary: memoryview, offset: int) -> tuple[InferInpu
                 f"input '{name}': binary_data_size {size} runs past the end of the body "
                 f"({len(binary) - offset} bytes left)"
             )
-        return InferInput(name, datatype, from_raw(name, datatype, shape, binary[offset:end])), end
+        data = from_raw(name, datatype, shape, binary[offset:end], budget)
+        return InferInput(name, datatype, data), end
     data = spec.get("data")
     if data is None:
         if element_count(shape) != 0:
             raise InvalidInputError(f"input '{name}': no 'data' and no binary_data_size given")
         data = []
-    return InferInput(name, datatype, from_json(name, datatype, shape, data)), offset
+    return InferInput(name, datatype, from_json(name, datatype, shape, data, budget)), offset
 
 
 def _binary_size(name: str, params: Any) -> int | None:
@@ -255,7 +275,7 @@ def _binary_size(name: str, params: Any) -> int | None:
         return None
     if type(size) is not int or size < 0:
         raise InvalidInputError(
-            f"input '{name}': binary_data_size must be a non-negative integer, got {size!r}"
+            f"input '{name}': binary_data_size must be a non-negative integer, got {quote(size)}"
         )
     return size
 
@@ -267,19 +287,21 @@ def _request_parameters(params: Any) -> tuple[dict[str, ParamValue], bool]:
         raise InvalidInputError(f"request 'parameters' must be an object, got {_kind(params)}")
     default_binary = params.pop(_BINARY_DATA_OUTPUT, False)
     if type(default_binary) is not bool:
-        raise InvalidInputError(f"binary_data_output must be true or false, got {default_binary!r}")
+        raise InvalidInputError(
+            f"binary_data_output must be true or false, got {quote(default_binary)}"
+        )
     for key, value in params.items():
         if key.startswith("triton_"):
-            raise InvalidInputError(f"parameter '{key}' is reserved: names starting 'triton_'")
+            raise InvalidInputError(f"parameter {quote(key)} is reserved: names starting 'triton_'")
         if not isinstance(value, bool | int | float | str):
             raise InvalidInputError(
-                f"parameter '{key}' must be a string, number or boolean, got {_kind(value)}"
+                f"parameter {quote(key)} must be a string, number or boolean, got {_kind(value)}"
             )
     return params, default_binary
 
 
 def _requested_outputs(
-    specs: Any, default_binary: bool
+    specs: Any, default_binary: bool, limits: InputLimits
 ) -> tuple[tuple[str, ...] | None, OutputPlan]:
     if specs is None:
         return None, OutputPlan(default_binary)
@@ -288,8 +310,11 @@ def _requested_outputs(
     binary: dict[str, bool] = {}
     for spec in specs:
         if type(spec) is not dict or type(spec.get("name")) is not str:
-            raise InvalidInputError(f"each requested output needs a string 'name', got {spec!r}")
-        binary[spec["name"]] = _output_binary(spec["name"], spec.get("parameters"))
+            raise InvalidInputError(
+                f"each requested output needs a string 'name', got {quote(spec)}"
+            )
+        name = check_name("output name", spec["name"], limits)
+        binary[name] = _output_binary(name, spec.get("parameters"))
     return tuple(binary), OutputPlan(default_binary, binary)
 
 
@@ -304,5 +329,7 @@ def _output_binary(name: str, params: Any) -> bool:
         raise UnsupportedError(f"output '{name}': classification is not supported by fnserve")
     flag = params.get("binary_data", False)
     if type(flag) is not bool:
-        raise InvalidInputError(f"output '{name}': binary_data must be true or false, got {flag!r}")
+        raise InvalidInputError(
+            f"output '{name}': binary_data must be true or false, got {quote(flag)}"
+        )
     return flag

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
+from fnserve.limits import DEFAULT_LIMITS, InputLimits, check_model
 from fnserve.server.http.body import (
     ClientDisconnectedError,
     compress,
@@ -110,11 +111,15 @@ class InferEndpoint:
     Args:
         runtime: the runtime that runs the request.
         max_body_bytes: largest request body, before and after decompression.
+        limits: names, BYTES elements and gzip members allowed per request.
     """
 
-    def __init__(self, runtime: Runtime, max_body_bytes: int) -> None:
+    def __init__(
+        self, runtime: Runtime, max_body_bytes: int, limits: InputLimits = DEFAULT_LIMITS
+    ) -> None:
         self._runtime = runtime
         self._limit = max_body_bytes
+        self._limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _RequestHeaders(scope["headers"])
@@ -153,18 +158,20 @@ class InferEndpoint:
     async def _decode(
         self, scope: Scope, receive: Receive, headers: _RequestHeaders
     ) -> tuple[InferRequest, OutputPlan]:
-        body = await read_body(receive, self._limit, headers.content_length)
-        if headers.content_encoding is not None:
-            body = decompress(body, headers.content_encoding, self._limit)
         params = scope["path_params"]
         model = params["model_name"]
         version = params.get("version")
         version = "" if version is None else str(version)
+        limits = self._limits
+        body = await read_body(receive, self._limit, headers.content_length)
+        check_model(model, version, limits)  # before any lookup echoes them
+        if headers.content_encoding is not None:
+            body = decompress(body, headers.content_encoding, self._limit, limits.max_gzip_members)
         header_length = parse_header_length(headers.header_length, len(body))
         if header_length == 0:
             config = self._runtime.model_config(model, version)
-            return decode_raw_request(model, version, body, config)
-        return decode_request(model, version, body, header_length)
+            return decode_raw_request(model, version, body, config, limits)
+        return decode_request(model, version, body, header_length, limits)
 
     async def _infer(self, request: InferRequest, receive: Receive) -> InferResponse | None:
         task = asyncio.current_task()

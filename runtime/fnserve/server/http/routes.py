@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from fnserve.config.server import ServerConfig
 from fnserve.errors import InvalidInputError, UnsupportedError
+from fnserve.limits import check_model, quote
 from fnserve.server.http.body import ClientDisconnectedError, read_body
 from fnserve.server.http.codec import dumps, parse_json
 from fnserve.server.http.errors import error_body, error_response
@@ -63,17 +64,20 @@ def _guarded(endpoint: Endpoint) -> Endpoint:
     return run
 
 
-def _version(request: Request) -> str:
-    version = request.path_params.get("version")
-    return "" if version is None else str(version)
-
-
 class _Endpoints:
     """Every endpoint except inference; thin translations onto `Runtime`."""
 
     def __init__(self, runtime: Runtime, config: ServerConfig) -> None:
         self.runtime = runtime
         self.limit = config.max_body_bytes
+        self.limits = config.input_limits()
+
+    def _version(self, request: Request) -> str:
+        """The path's version ("" for latest), once the name and version pass the limits."""
+        version = request.path_params.get("version")
+        version = "" if version is None else str(version)
+        check_model(request.path_params.get("model_name", ""), version, self.limits)
+        return version
 
     async def live(self, request: Request) -> Response:
         return Response(status_code=200 if self.runtime.is_live() else 400)
@@ -85,27 +89,29 @@ class _Endpoints:
         return json_response(self.runtime.server_metadata())
 
     async def model_ready(self, request: Request) -> Response:
-        if self.runtime.model_ready(request.path_params["model_name"], _version(request)):
+        if self.runtime.model_ready(request.path_params["model_name"], self._version(request)):
             return Response(status_code=200)
         return Response(error_body("Model version not ready"), 400, media_type=_JSON)
 
     async def model_metadata(self, request: Request) -> Response:
         name = request.path_params["model_name"]
-        return json_response(self.runtime.model_metadata(name, _version(request)))
+        return json_response(self.runtime.model_metadata(name, self._version(request)))
 
     async def model_config(self, request: Request) -> Response:
-        config = self.runtime.model_config(request.path_params["model_name"], _version(request))
+        config = self.runtime.model_config(
+            request.path_params["model_name"], self._version(request)
+        )
         return json_response(config.to_json())
 
     async def statistics(self, request: Request) -> Response:
         name = request.path_params.get("model_name", "")
-        return json_response(self.runtime.statistics(name, _version(request)))
+        return json_response(self.runtime.statistics(name, self._version(request)))
 
     async def repository_index(self, request: Request) -> Response:
         _no_repository_name(request)
         ready = (await self._json_body(request)).get("ready", False)
         if type(ready) is not bool:
-            raise InvalidInputError(f"'ready' must be true or false, got {ready!r}")
+            raise InvalidInputError(f"'ready' must be true or false, got {quote(ready)}")
         entries = self.runtime.repository_index(ready)
         return json_response([_index_json(entry) for entry in entries])
 
@@ -116,7 +122,9 @@ class _Endpoints:
             raise UnsupportedError(
                 "loading a model with a config override or files is not supported by fnserve"
             )
-        await self.runtime.load_model(request.path_params["model_name"])
+        name = request.path_params["model_name"]
+        check_model(name, "", self.limits)
+        await self.runtime.load_model(name)
         return Response(status_code=200)
 
     async def unload(self, request: Request) -> Response:
@@ -124,13 +132,15 @@ class _Endpoints:
         dependents = (await self._parameters(request)).get("unload_dependents", False)
         if type(dependents) is not bool:
             raise InvalidInputError(
-                f"'unload_dependents' must be true or false, got {dependents!r}"
+                f"'unload_dependents' must be true or false, got {quote(dependents)}"
             )
-        await self.runtime.unload_model(request.path_params["model_name"], dependents)
+        name = request.path_params["model_name"]
+        check_model(name, "", self.limits)
+        await self.runtime.unload_model(name, dependents)
         return Response(status_code=200)
 
     async def _json_body(self, request: Request) -> dict[str, Any]:
-        body = await read_body(request.receive, self.limit, _content_length(request))
+        body = bytes(await read_body(request.receive, self.limit, _content_length(request)))
         if not body.strip():
             return {}
         doc = parse_json(body)
@@ -234,7 +244,7 @@ def http_app(runtime: Runtime, config: ServerConfig) -> Starlette:
         config: server settings (`max_body_bytes` bounds request bodies).
     """
     endpoints = _Endpoints(runtime, config)
-    infer = InferEndpoint(runtime, config.max_body_bytes)
+    infer = InferEndpoint(runtime, config.max_body_bytes, config.input_limits())
     routes: list[BaseRoute] = [
         # before the model routes, where "stats" would match as a model name
         Route("/v2/models/stats", _guarded(endpoints.statistics)),
