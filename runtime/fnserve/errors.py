@@ -78,6 +78,10 @@ class ModelExecutionError(FnserveError):
     """The model's own code raised; the cause is chained with `raise ... from exc`."""
 
 
+class InstanceBrokenError(ModelExecutionError):
+    """A model instance can no longer run (its worker process died); the pool replaces it."""
+
+
 class ModelConfigError(FnserveError):
     """A model declaration is invalid (raised when the `@model` decorator runs)."""
 
@@ -89,6 +93,7 @@ class RepositoryError(FnserveError):
 __all__ = [
     "CancelledError",
     "FnserveError",
+    "InstanceBrokenError",
     "InvalidInputError",
     "ModelConfigError",
     "ModelExecutionError",
