@@ -52,7 +52,5 @@ for _kind, (_fn, _inputs, _outputs) in _KINDS.items():
                 dynamic_batching=_BATCHING,
                 inputs=_inputs,
                 outputs=_outputs,
-                instance_group=[
-                    InstanceGroup(count=_count, kind="KIND_CPU", isolation=_isolation)
-                ],
+                instance_group=[InstanceGroup(count=_count, kind="KIND_CPU", isolation=_isolation)],
             )(_fn)

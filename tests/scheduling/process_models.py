@@ -27,9 +27,7 @@ def _add_sub(INPUT0: np.ndarray, INPUT1: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _strings(INPUT0: np.ndarray) -> np.ndarray:
-    return np.array([s.upper() + b"!" for s in INPUT0.ravel()], dtype=object).reshape(
-        INPUT0.shape
-    )
+    return np.array([s.upper() + b"!" for s in INPUT0.ravel()], dtype=object).reshape(INPUT0.shape)
 
 
 def _mixed(FLAGS: np.ndarray, HALF: np.ndarray, INT: np.ndarray) -> dict[str, np.ndarray]:
@@ -62,50 +60,53 @@ async def _async_double(INPUT0: np.ndarray) -> np.ndarray:
 _IO = {
     "add_sub": (
         _add_sub,
-        dict(
-            max_batch_size=8,
-            dynamic_batching=BATCHING,
-            inputs=[Tensor("INPUT0", "FP32", [16]), Tensor("INPUT1", "FP32", [16])],
-            outputs=[Tensor("OUTPUT0", "FP32", [16]), Tensor("OUTPUT1", "FP32", [16])],
-        ),
+        {
+            "max_batch_size": 8,
+            "dynamic_batching": BATCHING,
+            "inputs": [Tensor("INPUT0", "FP32", [16]), Tensor("INPUT1", "FP32", [16])],
+            "outputs": [Tensor("OUTPUT0", "FP32", [16]), Tensor("OUTPUT1", "FP32", [16])],
+        },
     ),
     "strings": (
         _strings,
-        dict(inputs=[Tensor("INPUT0", "BYTES", [-1])], outputs=[Tensor("OUTPUT0", "BYTES", [-1])]),
+        {
+            "inputs": [Tensor("INPUT0", "BYTES", [-1])],
+            "outputs": [Tensor("OUTPUT0", "BYTES", [-1])],
+        },
     ),
     "mixed": (
         _mixed,
-        dict(
-            max_batch_size=16,
-            inputs=[
+        {
+            "max_batch_size": 16,
+            "inputs": [
                 Tensor("FLAGS", "BOOL", [-1]),
                 Tensor("HALF", "FP16", [-1]),
                 Tensor("INT", "INT8", [-1]),
             ],
-            outputs=[
+            "outputs": [
                 Tensor("NOT_FLAGS", "BOOL", [-1]),
                 Tensor("HALF_X2", "FP16", [-1]),
                 Tensor("INT_NEG", "INT8", [-1]),
             ],
-        ),
+        },
     ),
     "wrong": (
         _wrong,
-        dict(inputs=[Tensor("INPUT0", "FP32", [-1])], outputs=[Tensor("OUTPUT0", "FP32", [-1])]),
+        {"inputs": [Tensor("INPUT0", "FP32", [-1])], "outputs": [Tensor("OUTPUT0", "FP32", [-1])]},
     ),
     "scaled": (
         _Scaled,
-        dict(
-            max_batch_size=8,
-            dynamic_batching=DynamicBatching(max_queue_delay_microseconds=20_000),
-            inputs=[Tensor("INPUT0", "FP32", [1])],
-            outputs=[Tensor("OUTPUT0", "FP32", [1])],
-            parameters={"scale": "3"},
-        ),
+        {
+            "max_batch_size": 8,
+            "dynamic_batching": DynamicBatching(max_queue_delay_microseconds=20_000),
+            "inputs": [Tensor("INPUT0", "FP32", [1])],
+            "outputs": [Tensor("OUTPUT0", "FP32", [1])],
+            "parameters": {"scale": "3"},
+        },
     ),
     "async_double": (
         _async_double,
-        dict(inputs=[Tensor("INPUT0", "FP32", [-1])], outputs=[Tensor("OUTPUT0", "FP32", [-1])]),
+        {"inputs": [Tensor("INPUT0", "FP32", [-1])], "outputs": [Tensor("OUTPUT0", "FP32", [-1])]},
     ),
 }
 TWINS = sorted(_IO)
@@ -149,7 +150,7 @@ def _spin(N: np.ndarray) -> np.ndarray:
     return np.array([spin_work(int(N[0]))], np.int64)
 
 
-_SPIN = dict(inputs=[Tensor("N", "INT32", [1])], outputs=[Tensor("OUTPUT0", "INT64", [1])])
+_SPIN = {"inputs": [Tensor("N", "INT32", [1])], "outputs": [Tensor("OUTPUT0", "INT64", [1])]}
 spin_p1 = model(name="spin_p1", instance_group=PROCESS, **_SPIN)(_spin)  # type: ignore[arg-type]
 spin_p2 = model(
     name="spin_p2",

@@ -1,4 +1,4 @@
-"""ProcessInstance on its own: same answers as an in-thread instance, crashes reported, no leftovers."""
+"""ProcessInstance alone: answers like an in-thread instance, reports crashes, leaves nothing."""
 
 from __future__ import annotations
 
@@ -62,6 +62,14 @@ def _alive(pid: int) -> bool:
     return "(Z)" not in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:4]
 
 
+def _wait_gone(pid: int, timeout_s: float = 5) -> bool:
+    """Whether `pid` left the process table (exited and reaped) within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not Path(f"/proc/{pid}").exists()
+
+
 @pytest.fixture
 def instances() -> Iterator[list[ProcessInstance]]:
     started: list[ProcessInstance] = []
@@ -84,7 +92,10 @@ CASES: dict[str, list[dict[str, np.ndarray]]] = {
             "INT": np.array([[1, -2, 127]], np.int8),
         }
     ],
-    "scaled": [{"INPUT0": np.array([[1.0]], np.float32)}, {"INPUT0": np.array([[2.0]], np.float32)}],
+    "scaled": [
+        {"INPUT0": np.array([[1.0]], np.float32)},
+        {"INPUT0": np.array([[2.0]], np.float32)},
+    ],
     "async_double": [{"INPUT0": np.arange(5, dtype=np.float32)}],
 }
 
@@ -172,10 +183,7 @@ async def test_abandon_kills_a_hung_worker_and_reaps_it(instances: list[ProcessI
     assert time.perf_counter() - start < 0.05  # abandon never waits
     with pytest.raises(InstanceBrokenError):
         await asyncio.wait_for(task, 5)
-    deadline = time.monotonic() + 5
-    while os.path.exists(f"/proc/{instance.pid}") and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert not os.path.exists(f"/proc/{instance.pid}")  # killed and reaped: no zombie
+    assert await asyncio.to_thread(_wait_gone, instance.pid)  # killed and reaped: no zombie
 
 
 @pytest.mark.anyio
