@@ -58,7 +58,9 @@ class BatchRunner:
         t1 = time.perf_counter_ns()
         return self._finish(batch, await self.acall(inputs, parameters), t0, t1)
 
-    def call(self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]) -> Any:
+    def call(
+        self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
+    ) -> Any:
         """Call the model on merged inputs; anything it raises becomes ModelExecutionError."""
         with self._model_errors:
             return self.backend.execute(inputs, parameters)

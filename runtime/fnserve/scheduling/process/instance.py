@@ -86,7 +86,9 @@ class ProcessInstance:
             raise RepositoryError(reply[2])
         self._sock.setblocking(False)
 
-    async def run(self, batch: Sequence[PendingRequest]) -> tuple[list[dict[str, Array]], ExecutionTimes]:
+    async def run(
+        self, batch: Sequence[PendingRequest]
+    ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
         """Run one batch in the worker; the inputs go through shared memory."""
         if self._dead:
             raise InstanceBrokenError(f"{self.label}: worker process is gone")
