@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +49,30 @@ def main() -> None:
     "shutdown_timeout_s",
     default=30.0,
     show_default=True,
-    help="Seconds in-flight requests may take to finish on SIGINT/SIGTERM.",
+    help="Seconds in-flight requests may take to finish on SIGINT/SIGTERM (and on an unload); "
+    "past it they fail with 503 / UNAVAILABLE and the process exits.",
+)
+@click.option(
+    "--execution-timeout",
+    "execution_timeout_s",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Default longest model execution in seconds (0: no limit); past it 504 / "
+    "DEADLINE_EXCEEDED and the instance is replaced. A model's execution_timeout_s wins.",
+)
+@click.option(
+    "--max-queue-size",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Requests one model may hold queued when its queue policy sets no max_queue_size "
+    "(0: unbounded); past it 503 / UNAVAILABLE.",
+)
+@click.option(
+    "--debug-errors",
+    is_flag=True,
+    help="Send model exception messages to clients whole; by default host paths are scrubbed.",
 )
 @click.option(
     "--log-level",
@@ -66,6 +92,28 @@ def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
     except FnserveError as exc:
         raise click.ClickException(exc.message) from exc
     _run(_serve(runtime, config))
+    _exit_past_stuck_threads()
+
+
+def _exit_past_stuck_threads() -> None:
+    """Exit now if any thread outlived the server.
+
+    Models run on daemon threads, but Python still joins a thread that is not a daemon, and
+    every ThreadPoolExecutor worker (a model's own, daemon or not), at exit: one stuck there
+    would keep the process alive forever after a clean shutdown.
+    """
+    main_thread = threading.main_thread()
+    deadline = time.monotonic() + 0.5  # threads that are just finishing get a moment
+    for thread in threading.enumerate():
+        if thread is not main_thread:
+            thread.join(max(deadline - time.monotonic(), 0))
+    stuck = [t.name for t in threading.enumerate() if t is not main_thread]
+    if not stuck:
+        return
+    click.echo(f"fnserve: not waiting for thread(s) still running: {', '.join(stuck)}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 async def _serve(runtime: Runtime, config: ServerConfig) -> None:

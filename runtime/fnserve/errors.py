@@ -11,7 +11,9 @@ FnserveError                      (.message; unmapped -> 500 / INTERNAL)
 │   └── RequestTimeoutError       waited in the queue past its timeout (Triton answers UNAVAILABLE)
 ├── CancelledError                400 / CANCELLED          the client went away
 ├── UnsupportedError              501 / UNIMPLEMENTED      a feature fnserve does not offer
+├── DeadlineExceededError         504 / DEADLINE_EXCEEDED  an execution ran past its timeout
 ├── ModelExecutionError           500 / INTERNAL           the model raised (wraps the cause)
+│   └── InstanceBrokenError       the instance itself died (its worker crashed); it is replaced
 ├── ModelConfigError              raised at import time: a bad `@model` declaration
 └── RepositoryError               500 / INTERNAL           load/unload failures
 ```
@@ -74,12 +76,19 @@ class UnsupportedError(FnserveError):
     """The request asks for something fnserve does not implement."""
 
 
+class DeadlineExceededError(FnserveError):
+    """A model execution ran past its `execution_timeout_s`; its instance is replaced."""
+
+
 class ModelExecutionError(FnserveError):
     """The model's own code raised; the cause is chained with `raise ... from exc`."""
 
 
 class InstanceBrokenError(ModelExecutionError):
-    """A model instance can no longer run (its worker process died); the pool replaces it."""
+    """The instance running the batch died (e.g. its worker process crashed).
+
+    Raised by an instance's `run`; the pool fails that batch and builds a replacement.
+    """
 
 
 class ModelConfigError(FnserveError):
@@ -92,6 +101,7 @@ class RepositoryError(FnserveError):
 
 __all__ = [
     "CancelledError",
+    "DeadlineExceededError",
     "FnserveError",
     "InstanceBrokenError",
     "InvalidInputError",

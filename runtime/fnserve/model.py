@@ -130,6 +130,7 @@ def model(
     dynamic_batching: DynamicBatching | None = None,
     instance_group: Sequence[InstanceGroup] | None = None,
     parameters: Mapping[str, str] | None = None,
+    execution_timeout_s: float | None = None,
 ) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]:
     """Declare a servable model.
 
@@ -147,6 +148,10 @@ def model(
         dynamic_batching: merge concurrent requests into batches (needs max_batch_size >= 1).
         instance_group: how many instances run, and where; default one, CPU or GPU.
         parameters: free-form string settings, visible in the config and `InstanceContext`.
+        execution_timeout_s: longest one execution may run; past it the requests of that
+            execution fail with 504 / DEADLINE_EXCEEDED and the instance is replaced. None
+            takes the server's `--execution-timeout`; 0 means no limit. Also settable as the
+            parameter `execution_timeout_s`.
 
     Raises:
         ModelConfigError: when the declaration is invalid (at import time).
@@ -162,6 +167,7 @@ def model(
             dynamic_batching=dynamic_batching,
             instance_group=tuple(instance_group) if instance_group else (InstanceGroup(),),
             parameters=parameters or {},
+            execution_timeout_s=execution_timeout_s,
         )
         return ModelDefinition(target, config)
 

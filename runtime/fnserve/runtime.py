@@ -22,8 +22,10 @@ from typing import Any
 
 from fnserve import __version__
 from fnserve.config.model_config import ModelConfig
+from fnserve.config.server import ModelDefaults
 from fnserve.errors import (
     CancelledError,
+    DeadlineExceededError,
     FnserveError,
     InvalidInputError,
     ModelExecutionError,
@@ -66,6 +68,7 @@ class Runtime:
         self._closing = False
         self._inflight = 0
         self._idle: asyncio.Event | None = None
+        self._defaults = ModelDefaults()
         for definition in definitions:
             self.add(definition)
 
@@ -79,8 +82,14 @@ class Runtime:
         versions[key] = ModelVersion(definition)
         self._ordered[config.name] = [versions[k] for k in sorted(versions, key=int)]
 
-    async def start(self) -> None:
-        """Load every registered model; one failing model does not stop the others."""
+    async def start(self, defaults: ModelDefaults | None = None) -> None:
+        """Load every registered model; one failing model does not stop the others.
+
+        Args:
+            defaults: server-wide model settings (`ServerConfig.model_defaults()`), kept for
+                later loads too.
+        """
+        self._defaults = defaults or self._defaults
         for name in list(self._models):
             try:
                 await self.load_model(name)
@@ -96,17 +105,31 @@ class Runtime:
         """Wait until no request is in flight; False if `timeout_s` passed first."""
         if not self._inflight:
             return True
-        self._idle = self._idle or asyncio.Event()
+        self._idle = asyncio.Event()  # set by the request that leaves the server idle
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
         except TimeoutError:
             return False
         return True
 
-    async def aclose(self) -> None:
-        """Unload everything, letting queued and running requests finish first."""
+    def abort(self, error: UnavailableError) -> None:
+        """Fail every queued and running request with `error` (past the shutdown deadline);
+        instances stuck in them are abandoned, so nothing is left to wait for."""
+        for versions in self._models.values():
+            for version in versions.values():
+                version.abort(error)
+
+    async def aclose(self, drain_timeout_s: float | None = None) -> None:
+        """Unload everything, letting queued and running requests finish first.
+
+        Args:
+            drain_timeout_s: how long they may take (default: the server's drain deadline);
+                past it they fail with UnavailableError.
+        """
         self._closing = True
-        await asyncio.gather(*(v.unload() for vs in self._models.values() for v in vs.values()))
+        await asyncio.gather(
+            *(v.unload(drain_timeout_s) for vs in self._models.values() for v in vs.values())
+        )
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -177,17 +200,23 @@ class Runtime:
         errors = []
         for model in self._sorted(name):
             try:
-                await model.load()
+                await model.load(self._defaults)
             except RepositoryError as exc:
                 errors.append(exc.message)
         if errors:
             raise RepositoryError("; ".join(errors))
 
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        """Unload every version of `name`; an unknown name is not an error (as in Triton)."""
+    async def unload_model(
+        self, name: str, unload_dependents: bool = False, drain_timeout_s: float | None = None
+    ) -> None:
+        """Unload every version of `name`; an unknown name is not an error (as in Triton).
+
+        Requests still running after `drain_timeout_s` (default: the server's
+        `--shutdown-timeout`) fail with UnavailableError; a stuck instance is abandoned.
+        """
         del unload_dependents  # fnserve has no ensembles yet, so nothing depends on a model
         for model in self._sorted(name):
-            await model.unload()
+            await model.unload(drain_timeout_s)
 
     # -- inference -----------------------------------------------------------------------
 
@@ -196,7 +225,7 @@ class Runtime:
 
         Raises:
             ModelNotFoundError, ModelNotReadyError, InvalidInputError, UnavailableError,
-            ModelExecutionError: see `fnserve.errors`.
+            DeadlineExceededError, ModelExecutionError: see `fnserve.errors`.
         """
         if self._closing:
             raise UnavailableError("the server is shutting down")
@@ -251,8 +280,8 @@ def _failure_reason(exc: BaseException) -> str:
         return "REJECTED"
     if isinstance(exc, asyncio.CancelledError | CancelledError):
         return "CANCELED"
-    if isinstance(exc, ModelExecutionError):
-        return "BACKEND"
+    if isinstance(exc, ModelExecutionError | DeadlineExceededError):
+        return "BACKEND"  # Triton's reasons; timeouts also count in execution_timeouts
     return "OTHER"
 
 

@@ -59,6 +59,7 @@ class ModelStats:
     inference_count: int = 0
     execution_count: int = 0
     pending: int = 0
+    execution_timeouts: int = 0  # executions past execution_timeout_s (fnserve-only metric)
     last_inference_ms: int = 0
     batches: dict[int, BatchStats] = field(default_factory=dict)
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_US) + 1))

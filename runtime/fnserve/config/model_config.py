@@ -18,8 +18,12 @@ from fnserve.tensors import DATATYPES, config_type
 
 InstanceKind = Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU"]
 TimeoutAction = Literal["REJECT", "DELAY"]
+Isolation = Literal["thread", "process"]
 _KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
 _ACTIONS = ("REJECT", "DELAY")
+_ISOLATIONS = ("thread", "process")
+# The `parameters` key that carries the execution timeout (what a config.pbtxt would set).
+EXECUTION_TIMEOUT_KEY = "execution_timeout_s"
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,15 @@ class InstanceGroup:
         kind: KIND_CPU, KIND_GPU, or KIND_AUTO (GPU when one exists, else CPU).
         gpus: GPU indices for KIND_GPU; empty means every visible GPU.
         name: group name; defaults to `<model>_<index>`.
+        isolation: "thread" runs each instance on its own thread of the server process;
+            "process" runs it in a worker process (fnserve only: not in Triton's config JSON).
     """
 
     count: int = 1
     kind: InstanceKind = "KIND_AUTO"
     gpus: Sequence[int] = ()
     name: str = ""
+    isolation: Isolation = "thread"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(self.gpus))
@@ -131,6 +138,7 @@ class ModelConfig:
     instance_group: Sequence[InstanceGroup] = (InstanceGroup(),)
     parameters: Mapping[str, str] = field(default_factory=dict)
     backend: str = "python"
+    execution_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -138,6 +146,7 @@ class ModelConfig:
         object.__setattr__(self, "instance_group", tuple(self.instance_group))
         object.__setattr__(self, "parameters", dict(self.parameters))
         _ConfigValidator(self).validate()
+        _merge_execution_timeout(self)
 
     @property
     def batching(self) -> bool:
@@ -200,6 +209,43 @@ class ModelConfig:
         if self.dynamic_batching is not None:
             doc["dynamic_batching"] = _batching_json(self.dynamic_batching)
         return doc
+
+
+def _merge_execution_timeout(config: ModelConfig) -> None:
+    """One value in two places: the field (from `@model`) and `parameters` (Triton's JSON).
+
+    The field fills the parameter so the config JSON shows it; a parameter alone (a
+    config.pbtxt) fills the field. Both given and different is an error.
+    """
+    name = config.name
+    raw = config.parameters.get(EXECUTION_TIMEOUT_KEY)
+    from_parameter = None if raw is None else _timeout_value(name, raw)
+    value = config.execution_timeout_s
+    if value is None:
+        object.__setattr__(config, "execution_timeout_s", from_parameter)
+        return
+    value = _timeout_value(name, value)
+    if from_parameter is not None and from_parameter != value:
+        raise ModelConfigError(
+            f"model '{name}': execution_timeout_s={value:g} disagrees with parameter "
+            f"{EXECUTION_TIMEOUT_KEY}={raw!r}; set one of them"
+        )
+    object.__setattr__(config, "execution_timeout_s", value)
+    parameters = {**config.parameters, EXECUTION_TIMEOUT_KEY: f"{value:g}"}
+    object.__setattr__(config, "parameters", parameters)
+
+
+def _timeout_value(model: str, raw: object) -> float:
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = -1.0
+    if isinstance(raw, bool) or not value >= 0 or value == float("inf"):
+        raise ModelConfigError(
+            f"model '{model}': execution_timeout_s must be a number of seconds >= 0 "
+            f"(0: no limit), got {raw!r}"
+        )
+    return value
 
 
 def _input_json(t: Tensor) -> dict[str, Any]:
@@ -319,6 +365,10 @@ class _ConfigValidator:
             self.fail(f"instance_group gpus {list(g.gpus)} given for KIND_CPU; use KIND_GPU")
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in g.gpus):
             self.fail(f"instance_group gpus must be GPU indices >= 0, got {list(g.gpus)}")
+        if g.isolation not in _ISOLATIONS:
+            self.fail(
+                f"instance_group isolation must be 'thread' or 'process', got {g.isolation!r}"
+            )
 
     def _batching(self, b: DynamicBatching) -> None:
         c = self.config

@@ -77,11 +77,13 @@ class BatchPolicy:
 class Batcher:
     """The loop that feeds one model's instances from its queue."""
 
-    def __init__(self, config: ModelConfig, pool: InstancePool) -> None:
+    def __init__(self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> None:
         self._policy = BatchPolicy(config)
         self._pool = pool
         self._wakeup = asyncio.Event()
-        self.queue = RequestQueue(config.name, config.dynamic_batching, self._wakeup.set)
+        self.queue = RequestQueue(
+            config.name, config.dynamic_batching, self._wakeup.set, max_queue_size
+        )
         self._task: asyncio.Task[None] | None = None
         self._flushing = False
 

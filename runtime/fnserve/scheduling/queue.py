@@ -33,10 +33,16 @@ class RequestQueue:
         model: model name, for error messages.
         batching: the model's dynamic batching settings (None: one default level, no policy).
         on_change: called whenever a request is added or moved, to wake the batcher.
+        default_max_queue_size: the bound of each level whose policy sets none (0: none), so
+            a model without a queue policy cannot hold memory without limit.
     """
 
     def __init__(
-        self, model: str, batching: DynamicBatching | None, on_change: Callable[[], None]
+        self,
+        model: str,
+        batching: DynamicBatching | None,
+        on_change: Callable[[], None],
+        default_max_queue_size: int = 0,
     ) -> None:
         self._model = model
         self._batching = batching or _NO_BATCHING
@@ -44,6 +50,7 @@ class RequestQueue:
         self._levels: list[deque[PendingRequest]] = [deque() for _ in range(levels)]
         self._delayed: deque[PendingRequest] = deque()
         self._policies = [self._batching.queue_policy(i + 1) for i in range(levels)]
+        self._limits = [p.max_queue_size or default_max_queue_size for p in self._policies]
         self._on_change = on_change
         self._size = 0
 
@@ -64,12 +71,12 @@ class RequestQueue:
         entry.level = self.level_of(entry.priority)
         policy = self._policies[entry.level]
         queue = self._levels[entry.level]
-        if policy.max_queue_size and len(queue) >= policy.max_queue_size:
+        limit = self._limits[entry.level]
+        if limit and len(queue) >= limit:
             self._compact(queue)
-            if len(queue) >= policy.max_queue_size:
+            if len(queue) >= limit:
                 raise QueueFullError(
-                    f"exceeds maximum queue size of {policy.max_queue_size} for model "
-                    f"'{self._model}'"
+                    f"exceeds maximum queue size of {limit} for model '{self._model}'"
                 )
         timeout_us = _effective_timeout_us(policy, entry.timeout_us)
         if timeout_us:

@@ -7,6 +7,7 @@ mistake in user code fails with a message that says what to fix, never with a br
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
@@ -34,13 +35,15 @@ class ExecutionTimes(NamedTuple):
 class BatchRunner:
     """Executes batches for one model instance on its backend."""
 
-    def __init__(self, config: ModelConfig, backend: Backend) -> None:
+    def __init__(self, config: ModelConfig, backend: Backend, debug_errors: bool = False) -> None:
         self.config = config
         self.backend = backend
         self.is_async = backend.is_async
         self._outputs = config.outputs
         self._dtypes = {t.name: numpy_dtype(t.datatype) for t in config.outputs}
-        self._model_errors = _ModelErrors(config.name)  # stateless, so one serves every batch
+        self._model_errors = _ModelErrors(
+            config.name, debug_errors
+        )  # stateless, so one serves every batch
 
     def run(self, batch: Sequence[PendingRequest]) -> tuple[list[dict[str, Array]], ExecutionTimes]:
         """Synchronous path (on the instance thread)."""
@@ -151,11 +154,26 @@ def merge_inputs(batch: Sequence[PendingRequest]) -> dict[str, Array]:
     return {name: np.concatenate([e.inputs[name] for e in batch]) for name in first}
 
 
-class _ModelErrors:
-    """Translate anything the user's code raises into ModelExecutionError, at one place."""
+# Anything that looks like a host path: absolute (/x, C:\x, \\share), home (~/x) or
+# explicitly relative (./x, ../x). A '/' inside a word ("km/h", "1/2") is left alone.
+_PATH = re.compile(r"(?<![\w/\\.~-])(?:~|\.{1,2}|[A-Za-z]:)?[/\\][^\s'\"`<>|,;:()\[\]{}]+")
 
-    def __init__(self, model: str) -> None:
+
+def scrub_paths(message: str) -> str:
+    """`message` with every path-like token replaced by `<path>` (for clients to see)."""
+    return _PATH.sub("<path>", message)
+
+
+class _ModelErrors:
+    """Translate anything the user's code raises into ModelExecutionError, at one place.
+
+    The log gets the whole message and traceback; the client gets it with host paths scrubbed
+    (a model's exception text often names files on the server) unless `debug_errors`.
+    """
+
+    def __init__(self, model: str, debug_errors: bool = False) -> None:
         self.model = model
+        self.debug_errors = debug_errors
 
     def __enter__(self) -> None:
         return None
@@ -170,4 +188,4 @@ class _ModelErrors:
         else:
             message = f"model '{self.model}' raised {type(exc).__name__}: {exc}"
         log.warning("%s", message, exc_info=exc)
-        raise ModelExecutionError(message) from exc
+        raise ModelExecutionError(message if self.debug_errors else scrub_paths(message)) from exc

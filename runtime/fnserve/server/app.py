@@ -16,6 +16,7 @@ from typing import NamedTuple
 import grpclib.server
 
 from fnserve.config.server import ServerConfig
+from fnserve.errors import UnavailableError
 from fnserve.runtime import Runtime
 from fnserve.server.grpc.service import grpc_services
 from fnserve.server.http.routes import http_app
@@ -70,7 +71,7 @@ async def serve(
         grpc_sock.getsockname()[1],
         metrics_sock.getsockname()[1],
     )
-    await runtime.start()
+    await runtime.start(config.model_defaults())
     grpc_server = grpclib.server.Server(grpc_services(runtime, config))
     await grpc_server.start(sock=grpc_sock)
     frontends_stop = asyncio.Event()
@@ -85,12 +86,28 @@ async def serve(
     try:
         await shutdown.wait()
     finally:
-        runtime.stop_accepting()
-        if not await runtime.wait_idle(config.shutdown_timeout_s):
-            log.warning("shutdown: requests still running after %.1f s", config.shutdown_timeout_s)
+        await _shut_down(runtime, config)
         grpc_server.close()
         frontends_stop.set()
         await asyncio.gather(
             grpc_server.wait_closed(), http_task, metrics_task, return_exceptions=True
         )
-        await runtime.aclose()
+        # Nothing runs any more (or it was abandoned): only the instances' release is left.
+        await runtime.aclose(drain_timeout_s=0)
+
+
+async def _shut_down(runtime: Runtime, config: ServerConfig) -> None:
+    """Refuse new requests, let in-flight ones finish until the deadline, fail the rest.
+
+    The late ones get a clean 503 / UNAVAILABLE through their own handlers (no cancelled
+    handler, no 500); instances stuck in them are abandoned so the process can exit.
+    """
+    runtime.stop_accepting()
+    if await runtime.wait_idle(config.shutdown_timeout_s):
+        return
+    log.warning(
+        "shutdown: requests still running after %.1f s; failing them", config.shutdown_timeout_s
+    )
+    runtime.abort(UnavailableError("the server is shutting down"))
+    # Let the handlers write their 503 replies before the frontends close connections.
+    await runtime.wait_idle(1.0)

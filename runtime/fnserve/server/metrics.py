@@ -78,6 +78,11 @@ def _counters(stats: list[ModelStats]) -> Iterator[CounterMetricFamily]:
             "Cumulative inference compute output duration in microseconds",
             lambda s: s.compute_output.ns // 1000,
         ),
+        # fnserve only (Triton has no execution timeout): their requests count as BACKEND.
+        "fnserve_inference_exec_timeout": (
+            "Number of model executions stopped by the execution timeout",
+            lambda s: s.execution_timeouts,
+        ),
     }
     for name, (doc, value) in families.items():
         family = CounterMetricFamily(name, doc, labels=_LABELS)

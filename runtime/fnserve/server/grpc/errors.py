@@ -14,6 +14,7 @@ from grpclib.exceptions import GRPCError
 
 from fnserve.errors import (
     CancelledError,
+    DeadlineExceededError,
     InvalidInputError,
     ModelExecutionError,
     ModelNotFoundError,
@@ -38,6 +39,7 @@ STATUS_BY_ERROR: dict[type[Exception], Status] = {
     UnavailableError: Status.UNAVAILABLE,
     CancelledError: Status.CANCELLED,
     UnsupportedError: Status.UNIMPLEMENTED,
+    DeadlineExceededError: Status.DEADLINE_EXCEEDED,
     ModelExecutionError: Status.INTERNAL,
     RepositoryError: Status.INTERNAL,
     # protobuf could not parse the request: the client sent a malformed message.

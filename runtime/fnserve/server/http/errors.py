@@ -13,6 +13,7 @@ import orjson
 
 from fnserve.errors import (
     CancelledError,
+    DeadlineExceededError,
     FnserveError,
     InvalidInputError,
     ModelExecutionError,
@@ -34,6 +35,7 @@ _STATUS: dict[type[FnserveError], int] = {
     UnavailableError: 503,
     CancelledError: 400,
     UnsupportedError: 501,
+    DeadlineExceededError: 504,
     ModelExecutionError: 500,
     RepositoryError: 500,
 }
