@@ -34,6 +34,7 @@ from fnserve.scheduling.process.channel import pack, recv_message, unpack_length
 from fnserve.scheduling.process.shm import SharedBuffer, create_memory_file
 from fnserve.scheduling.request import PendingRequest
 from fnserve.scheduling.runner import ExecutionTimes, split_outputs
+from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.types import Array
 
 _CLOSE_GRACE_S = 5.0
@@ -47,6 +48,7 @@ class ProcessInstance:
         definition: the `@model` definition (its module is imported again in the worker).
         context: which instance this is; the worker's backend receives it unchanged.
         config: the model's config, used by the worker for the output checks.
+        debug_errors: keep host paths in the model's error messages (as `BatchRunner`).
 
     Raises:
         RepositoryError: the worker could not start or could not build the instance.
@@ -57,6 +59,7 @@ class ProcessInstance:
         definition: ModelDefinition[Any, Any],
         context: InstanceContext,
         config: ModelConfig,
+        debug_errors: bool = False,
     ) -> None:
         self.index = context.instance_index
         self.label = f"model '{config.name}' instance {self.index}"
@@ -68,11 +71,12 @@ class ProcessInstance:
         finally:
             child.close()
         self.pid = self._proc.pid
-        self._dead = False
+        self._dead = self._abandoned = False
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         _LIVE.add(self)
-        self._handshake(_setup(definition, context, config, self._inputs, self._outputs))
+        setup = _setup(definition, context, config, self._inputs, self._outputs)
+        self._handshake({**setup, "debug_errors": debug_errors})
 
     def _handshake(self, setup: dict[str, Any]) -> None:
         try:
@@ -125,8 +129,7 @@ class ProcessInstance:
 
     async def _died(self) -> InstanceBrokenError:
         self._dead = True
-        loop = asyncio.get_running_loop()
-        code = await loop.run_in_executor(None, self._reap, _CLOSE_GRACE_S)
+        code = await run_in_daemon_thread(self._reap, _CLOSE_GRACE_S)
         self._close_channel()
         return InstanceBrokenError(f"{self.label}: worker process {_describe(code)}")
 
@@ -146,7 +149,9 @@ class ProcessInstance:
 
     def abandon(self) -> None:
         """Kill the worker now (stuck or broken); it is reaped on a thread, never here."""
-        self._dead = True
+        if self._abandoned:
+            return
+        self._abandoned = self._dead = True
         _kill(self._proc)
         threading.Thread(target=self._proc.wait, name=f"reap-{self.pid}", daemon=True).start()
         self._close_channel()

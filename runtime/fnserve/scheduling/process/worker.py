@@ -60,7 +60,8 @@ class _Worker:
         from fnserve.scheduling.runner import BatchRunner
 
         definition = _find_definition(setup)
-        self.runner = BatchRunner(setup["config"], PythonBackend(definition, setup["context"]))
+        backend = PythonBackend(definition, setup["context"])
+        self.runner = BatchRunner(setup["config"], backend, setup["debug_errors"])
         self.loop = asyncio.new_event_loop() if self.runner.is_async else None
         self.inputs = SharedBuffer(setup["in_fd"], owner=False)
         self.outputs = SharedBuffer(setup["out_fd"], owner=False)
