@@ -110,7 +110,9 @@ def _find_definition(setup: dict[str, Any]) -> ModelDefinition[Any, Any]:
     """Import the model's module the way the server did, and pick the same definition."""
     sys.path[:] = setup["sys_path"]
     module_name, file = setup["module"], setup["file"]
-    if module_name.startswith("fnserve_user.") and file:
+    # Files fnserve discovered (and a script run as __main__) are imported by path, as the
+    # server did; anything else is an ordinary module, found on the server's sys.path.
+    if file and (module_name.startswith("fnserve_user.") or module_name == "__main__"):
         from fnserve.repository.discover import discover
 
         candidates = discover([Path(file)])
