@@ -32,7 +32,10 @@ _WATCH_PARENT_S = 0.5
 
 def main(argv: list[str]) -> int:
     """Serve one instance over the control socket whose fd is `argv[0]`."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the server's to handle
+    # Signals to the whole process group (a terminal's Ctrl-C, `kill -- -PGID`) are the server's
+    # to handle: it finishes the requests in flight, then closes or kills its workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
     _watch_parent(os.getppid())
     setup = recv_message(sock)
