@@ -127,8 +127,9 @@ def _find_definition(setup: dict[str, Any]) -> ModelDefinition[Any, Any]:
         if candidate.config.name == config.name and candidate.config.version == config.version:
             return candidate
     raise RepositoryError(
-        f"model '{config.name}' version {config.version} is no longer defined in "
-        f"'{file or module_name}'"
+        f"model '{config.name}' version {config.version} is not a module-level name of "
+        f"'{file or module_name}', so a worker process cannot import it; define "
+        f"process-isolated models at the top level of their file"
     )
 
 
