@@ -17,6 +17,7 @@ import pytest
 
 from tests.serverproc import HealthProbe, ServerProcess
 
+pytestmark = pytest.mark.e2e
 MODELS = Path(__file__).parent / "process_models.py"
 
 
@@ -108,6 +109,7 @@ def test_process_and_thread_instances_answer_the_same(server: ServerProcess, nam
     assert got["outputs"] == want["outputs"]
 
 
+@pytest.mark.slow
 def test_crashes_and_hangs_are_survived_while_another_model_serves(server: ServerProcess) -> None:
     failures: list[str] = []
     answered = 0
@@ -193,6 +195,7 @@ def _machine_speedup() -> float:
     return 2 * elapsed(1) / elapsed(2)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
 def test_two_process_instances_use_two_cores(server: ServerProcess) -> None:
     """Lenient (the machine may be shared): benchmarks/instances.py measures it properly."""

@@ -38,6 +38,8 @@ from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.types import Array
 
 _CLOSE_GRACE_S = 5.0
+# Copies into or out of shared memory above this size run on a thread, off the event loop.
+_OFFLOAD_BYTES = 4 << 20
 _LIVE: weakref.WeakSet[ProcessInstance] = weakref.WeakSet()
 
 
@@ -98,8 +100,11 @@ class ProcessInstance:
             raise InstanceBrokenError(f"{self.label}: worker process is gone")
         reader, writer = self._streams or await self._connect()
         t0 = time.perf_counter_ns()
-        names = batch[0].inputs.keys()
-        size, refs = self._inputs.write({n: [e.inputs[n] for e in batch] for n in names})
+        tensors = {n: [e.inputs[n] for e in batch] for n in batch[0].inputs}
+        if sum(a.nbytes for e in batch for a in e.inputs.values()) > _OFFLOAD_BYTES:
+            size, refs = await asyncio.to_thread(self._inputs.write, tensors)
+        else:
+            size, refs = self._inputs.write(tensors)
         rows = sum(e.rows for e in batch)
         writer.write(pack(("run", size, refs, rows, [e.parameters for e in batch])))
         t1 = time.perf_counter_ns()
@@ -116,7 +121,11 @@ class ProcessInstance:
             raise getattr(errors, reply[1], errors.ModelExecutionError)(reply[2])
         _, out_size, out_refs, (input_ns, infer_ns, output_ns) = reply
         t2 = time.perf_counter_ns()
-        results = split_outputs(batch, self._outputs.read(out_size, out_refs, copy=True))
+        if sum(ref.nbytes for ref in out_refs) > _OFFLOAD_BYTES:
+            outputs = await asyncio.to_thread(self._outputs.read, out_size, out_refs, copy=True)
+        else:
+            outputs = self._outputs.read(out_size, out_refs, copy=True)
+        results = split_outputs(batch, outputs)
         times = ExecutionTimes(
             input_ns + t1 - t0, infer_ns, output_ns + time.perf_counter_ns() - t2
         )
