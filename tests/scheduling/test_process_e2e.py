@@ -209,13 +209,33 @@ def test_two_process_instances_use_two_cores(server: ServerProcess) -> None:
     assert probe.p50_ms < 10, probe.summary()  # a busy Python model no longer holds the GIL
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
-def test_no_worker_outlives_the_server(sig: signal.Signals) -> None:
-    with ServerProcess.start(MODELS, "--shutdown-timeout", "2") as proc:
+TWO_WORKERS = """
+import os
+import numpy as np
+from fnserve import InstanceGroup, Tensor, model
+
+@model(
+    inputs=[Tensor("MODE", "INT32", [1])],
+    outputs=[Tensor("OUTPUT0", "INT32", [1])],
+    instance_group=[InstanceGroup(count=2, kind="KIND_CPU", isolation="process")],
+)
+def crashy(MODE: np.ndarray) -> np.ndarray:
+    return np.array([os.getpid()], np.int32)
+"""
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name
+)
+def test_no_worker_outlives_the_server(sig: signal.Signals, tmp_path: Path) -> None:
+    models = tmp_path / "two_workers.py"
+    models.write_text(TWO_WORKERS)
+    with ServerProcess.start(models, "--shutdown-timeout", "2") as proc:
         with httpx.Client(base_url=proc.http, timeout=30) as client:
             pid = _healthy_pid(client)
         children = _children(proc.proc.pid)
         assert pid in children
+        assert len(children) == 2
         proc.stop(sig, timeout_s=20)
         # SIGKILL leaves no chance to clean up: the worker's parent watchdog ends it.
         assert _wait_gone(pid, 5)
