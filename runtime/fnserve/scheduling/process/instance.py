@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
 import pickle
 import signal
@@ -37,6 +38,7 @@ from fnserve.scheduling.runner import ExecutionTimes, split_outputs
 from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.types import Array
 
+log = logging.getLogger(__name__)
 _CLOSE_GRACE_S = 5.0
 # Copies into or out of shared memory above this size run on a thread, off the event loop.
 _OFFLOAD_BYTES = 4 << 20
@@ -91,6 +93,7 @@ class ProcessInstance:
             self.abandon()
             raise RepositoryError(reply[2])
         self._sock.setblocking(False)
+        log.info("%s runs in worker process %d", self.label, self.pid)
 
     async def run(
         self, batch: Sequence[PendingRequest]
@@ -203,8 +206,6 @@ def _setup(
     inputs: SharedBuffer,
     outputs: SharedBuffer,
 ) -> dict[str, Any]:
-    import logging
-
     module = sys.modules.get(definition.__module__)
     root = logging.getLogger()
     json_logs = any(type(h.formatter).__name__ == "JsonFormatter" for h in root.handlers)
@@ -243,4 +244,8 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 def _kill_leftovers() -> None:
     """No orphan workers when the server exits without unloading (a failed shutdown)."""
     for instance in list(_LIVE):
-        instance.abandon()
+        _kill(instance._proc)
+        try:
+            instance._proc.wait(1.0)  # reaped here: threads may not start at this point
+        except subprocess.TimeoutExpired:
+            pass
