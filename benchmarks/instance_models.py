@@ -1,5 +1,6 @@
-"""Models for benchmarks/instances.py: the anchor MLP and a pure-Python CPU-bound model, each
-as in-thread and process instances, with one and two instances (`<model>_<isolation>_<count>`).
+"""Models for benchmarks/instances.py: an echo (the transport alone), the anchor MLP and a
+pure-Python CPU-bound model, each as in-thread and process instances, with one and two
+instances (`<model>_<isolation>_<count>`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,12 @@ def _spin(N: np.ndarray) -> np.ndarray:
     return out
 
 
+def _echo(INPUT0: np.ndarray) -> dict[str, np.ndarray]:
+    return {"OUTPUT0": INPUT0}
+
+
 _KINDS = {
+    "echo": (_echo, [Tensor("INPUT0", "FP32", [16])], [Tensor("OUTPUT0", "FP32", [16])]),
     "mlp": (
         _mlp_infer,
         [Tensor("INPUT0", "FP32", [256])],

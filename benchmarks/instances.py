@@ -1,13 +1,16 @@
 """In-thread vs process instances, served over HTTP: throughput, latency, health-check latency.
 
-    .venv/bin/python benchmarks/instances.py [--seconds 10] [--concurrency 8] [--spin 20000]
+    .venv/bin/python benchmarks/instances.py [--seconds 10] [--concurrency 8] [--spin 40000]
+    .venv/bin/python benchmarks/instances.py --overhead 5000
 
 Starts one `fnserve serve benchmarks/instance_models.py` (OMP_NUM_THREADS=1, so BLAS does not
 spread one instance over every core), then for each of the anchor MLP and a pure-Python
 CPU-bound model ("spin", N loop iterations per request, holding the GIL), in-thread and process
 instances, count 1 and 2: a separate client process sends single-row requests with bounded
 concurrency for `--seconds`, while this process checks `/v2/health/ready` every 20 ms. Prints
-infer/s, p50/p99 latency and the health check's p50 for each case.
+infer/s, p50/p99 latency and the health check's p50 for each case; "echo" (16 floats back)
+shows the transport alone. `--overhead N` instead times N executions of echo through a
+thread instance and a process instance in this process (no HTTP): the price of the round trip.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import httpx
 HERE = Path(__file__).parent
 CASES = [
     f"{kind}_{isolation}_{count}"
-    for kind in ("mlp", "spin")
+    for kind in ("echo", "mlp", "spin")
     for isolation in ("thread", "process")
     for count in (1, 2)
 ]
@@ -39,6 +42,9 @@ def main() -> None:
     args = _parse()
     if args.client:
         print(json.dumps(asyncio.run(_client(args))))
+        return
+    if args.overhead:
+        asyncio.run(_overhead(args.overhead))
         return
     server, url = _start_server()
     try:
@@ -61,8 +67,11 @@ def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="load per case")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
-    parser.add_argument("--spin", type=int, default=20_000, help="loop iterations per request")
+    parser.add_argument("--spin", type=int, default=40_000, help="loop iterations per request")
     parser.add_argument("--cases", nargs="*", help=f"subset of {' '.join(CASES)}")
+    parser.add_argument(
+        "--overhead", type=int, metavar="N", help="instead: N in-process executions of echo"
+    )
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: URL to load
     parser.add_argument("--model", help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -87,7 +96,52 @@ def _start_server() -> tuple[subprocess.Popen[str], str]:
     raise SystemExit("the server did not start")
 
 
+async def _overhead(calls: int) -> None:
+    """What one execution costs in a thread vs a process instance, without HTTP in between."""
+    import numpy as np
+
+    from fnserve.backends.python import PythonBackend
+    from fnserve.model import InstanceContext
+    from fnserve.repository.discover import discover
+    from fnserve.scheduling.pool import ThreadInstance
+    from fnserve.scheduling.process import ProcessInstance
+    from fnserve.scheduling.request import PendingRequest
+    from fnserve.scheduling.runner import BatchRunner
+
+    echo = next(
+        d for d in discover([HERE / "instance_models.py"]) if d.config.name == "echo_process_1"
+    )
+    ctx = InstanceContext("echo_process_1", 1, 0, "KIND_CPU", "cpu", {})
+    loop = asyncio.get_running_loop()
+    batch = [
+        PendingRequest(
+            inputs={"INPUT0": np.ones((1, 16), np.float32)},
+            rows=1,
+            shape_key=(),
+            future=loop.create_future(),
+        )
+    ]
+    instances = {
+        "thread": ThreadInstance(0, BatchRunner(echo.config, PythonBackend(echo, ctx)), "echo"),
+        "process": ProcessInstance(echo, ctx, echo.config),
+    }
+    for _ in range(2):  # twice, alternating, so a noisy neighbour shows as a difference
+        for name, instance in instances.items():
+            for _ in range(calls // 10):
+                await instance.run(batch)
+            start = time.perf_counter()
+            for _ in range(calls):
+                await instance.run(batch)
+            per_call_us = (time.perf_counter() - start) / calls * 1e6
+            print(f"{name:<8} {per_call_us:8.1f} us per execution", flush=True)
+    for instance in instances.values():
+        instance.close()
+
+
 def _body(model: str, spin: int) -> dict[str, object]:
+    if model.startswith("echo"):
+        return {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16],
+                            "data": [0.5] * 16}]}  # fmt: skip
     if model.startswith("mlp"):
         return {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 256],
                             "data": [0.01 * i for i in range(256)]}]}  # fmt: skip

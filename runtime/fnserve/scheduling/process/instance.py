@@ -39,7 +39,8 @@ from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.types import Array
 
 log = logging.getLogger(__name__)
-_CLOSE_GRACE_S = 5.0
+_CLOSE_GRACE_S = 5.0  # a worker asked to close has this long to unload before it is killed
+_DEATH_GRACE_S = 1.0  # a worker that closed its socket is exiting; this long to read its status
 # Copies into or out of shared memory above this size run on a thread, off the event loop.
 _OFFLOAD_BYTES = 4 << 20
 _LIVE: weakref.WeakSet[ProcessInstance] = weakref.WeakSet()
@@ -79,8 +80,12 @@ class ProcessInstance:
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         _LIVE.add(self)
-        setup = _setup(definition, context, config, self._inputs, self._outputs)
-        self._handshake({**setup, "debug_errors": debug_errors})
+        try:
+            setup = _setup(definition, context, config, self._inputs, self._outputs)
+            self._handshake({**setup, "debug_errors": debug_errors})
+        except BaseException:
+            self.abandon()  # no worker, socket or buffer outlives a failed start
+            raise
 
     def _handshake(self, setup: dict[str, Any]) -> None:
         try:
@@ -90,7 +95,6 @@ class ProcessInstance:
             code = self._reap(_CLOSE_GRACE_S)
             raise RepositoryError(f"{self.label}: worker process {_describe(code)}") from None
         if reply[0] != "ready":
-            self.abandon()
             raise RepositoryError(reply[2])
         self._sock.setblocking(False)
         log.info("%s runs in worker process %d", self.label, self.pid)
@@ -141,7 +145,7 @@ class ProcessInstance:
 
     async def _died(self) -> InstanceBrokenError:
         self._dead = True
-        code = await run_in_daemon_thread(self._reap, _CLOSE_GRACE_S)
+        code = await run_in_daemon_thread(self._reap, _DEATH_GRACE_S)
         self._close_channel()
         return InstanceBrokenError(f"{self.label}: worker process {_describe(code)}")
 
