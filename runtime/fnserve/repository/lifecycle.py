@@ -106,7 +106,9 @@ class ModelVersion:
         """The pool's instance factory: build instance `index` (blocking user code)."""
         context, isolation = self._placements[index]
         if isolation == "process":
-            return _process_instance(self.definition, context, self.config)
+            return _process_instance(
+                self.definition, context, self.config, self._defaults.debug_errors
+            )
         backend = PythonBackend(self.definition, context)
         runner = BatchRunner(self.config, backend, self._defaults.debug_errors)
         return ThreadInstance(index, runner, f"{self.config.name}-{index}")
@@ -179,7 +181,10 @@ async def _close_pool(pool: InstancePool, model: str, timeout_s: float) -> None:
 
 
 def _process_instance(
-    definition: ModelDefinition[Any, Any], context: InstanceContext, config: ModelConfig
+    definition: ModelDefinition[Any, Any],
+    context: InstanceContext,
+    config: ModelConfig,
+    debug_errors: bool,
 ) -> Instance:
     try:  # lazy: only models with process isolation pay for the worker machinery
         process = importlib.import_module("fnserve.scheduling.process")
@@ -188,7 +193,7 @@ def _process_instance(
             f"model '{config.name}': instance isolation 'process' is not available in this "
             f"build ({exc})"
         ) from exc
-    instance: Instance = process.ProcessInstance(definition, context, config)
+    instance: Instance = process.ProcessInstance(definition, context, config, debug_errors)
     return instance
 
 

@@ -19,7 +19,7 @@ from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.errors import FnserveError, ModelExecutionError
 from fnserve.scheduling.request import PendingRequest
 from fnserve.tensors import numpy_dtype
-from fnserve.types import Array
+from fnserve.types import Array, ParamValue
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,7 @@ class BatchRunner:
         t0 = time.perf_counter_ns()
         inputs, parameters = merge_inputs(batch), [e.parameters for e in batch]
         t1 = time.perf_counter_ns()
-        with self._model_errors:
-            result = self.backend.execute(inputs, parameters)
-        return self._finish(batch, result, t0, t1)
+        return self._finish(batch, self.call(inputs, parameters), t0, t1)
 
     async def arun(
         self, batch: Sequence[PendingRequest]
@@ -61,9 +59,21 @@ class BatchRunner:
         t0 = time.perf_counter_ns()
         inputs, parameters = merge_inputs(batch), [e.parameters for e in batch]
         t1 = time.perf_counter_ns()
+        return self._finish(batch, await self.acall(inputs, parameters), t0, t1)
+
+    def call(
+        self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
+    ) -> Any:
+        """Call the model on merged inputs; anything it raises becomes ModelExecutionError."""
         with self._model_errors:
-            result = await self.backend.aexecute(inputs, parameters)
-        return self._finish(batch, result, t0, t1)
+            return self.backend.execute(inputs, parameters)
+
+    async def acall(
+        self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
+    ) -> Any:
+        """`call` for async models."""
+        with self._model_errors:
+            return await self.backend.aexecute(inputs, parameters)
 
     def _finish(
         self, batch: Sequence[PendingRequest], result: Any, t0: int, t1: int
@@ -74,17 +84,10 @@ class BatchRunner:
         return results, ExecutionTimes(t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
 
     def _split(self, batch: Sequence[PendingRequest], result: Any) -> list[dict[str, Array]]:
-        outputs = self._check_outputs(result, sum(e.rows for e in batch))
-        if len(batch) == 1:
-            return [outputs]
-        results: list[dict[str, Array]] = [{} for _ in batch]
-        offsets = np.cumsum([e.rows for e in batch])[:-1]
-        for name, array in outputs.items():
-            for i, part in enumerate(np.split(array, offsets)):
-                results[i][name] = part
-        return results
+        return split_outputs(batch, self.check_outputs(result, sum(e.rows for e in batch)))
 
-    def _check_outputs(self, result: Any, rows: int) -> dict[str, Array]:
+    def check_outputs(self, result: Any, rows: int) -> dict[str, Array]:
+        """Hold what the model returned to its declaration; one array per declared output."""
         name = self.config.name
         if not isinstance(result, Mapping):
             if len(self._outputs) != 1:
@@ -127,6 +130,20 @@ class BatchRunner:
                 f"{self.config.full_shape(spec)}, got {list(array.shape)}"
             )
         return array
+
+
+def split_outputs(
+    batch: Sequence[PendingRequest], outputs: dict[str, Array]
+) -> list[dict[str, Array]]:
+    """Cut merged outputs back into one dict per request, along the batch dimension."""
+    if len(batch) == 1:
+        return [outputs]
+    results: list[dict[str, Array]] = [{} for _ in batch]
+    offsets = np.cumsum([e.rows for e in batch])[:-1]
+    for name, array in outputs.items():
+        for i, part in enumerate(np.split(array, offsets)):
+            results[i][name] = part
+    return results
 
 
 def merge_inputs(batch: Sequence[PendingRequest]) -> dict[str, Array]:
