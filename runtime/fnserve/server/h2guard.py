@@ -32,7 +32,7 @@ class FloodBudget:
     """
 
     window_s: float = 10.0
-    resets: int = 1000
+    resets: int = 50
     pings: int = 200
     settings: int = 200
     streams: int = 20_000

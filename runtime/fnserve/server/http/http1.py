@@ -23,6 +23,9 @@ from fnserve.config.server import ServerConfig
 from fnserve.server.http.errors import error_body
 
 log = logging.getLogger(__name__)
+# After a refusal the rest of the request is read and dropped this long before closing, so the
+# client (still sending) reads the error instead of a connection reset (nginx's lingering close).
+LINGER_S = 1.0
 
 _REASONS = {
     408: b"Request Timeout",
@@ -62,6 +65,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # between the end of one request's body and the next head's end
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
+        self._refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -72,6 +76,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # lingering: the answer is out, the rest of the request is dropped
         self._unset_keepalive_if_required()
         if self._in_head:
             self._head_bytes += len(data)
@@ -141,6 +147,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, status: int, message: str) -> None:
         log.info("HTTP/1.1 connection from %s refused: %s", self.client, message)
         self._disarm()
-        if not self.transport.is_closing():
-            self.transport.write(refusal(status, message))
-            self.transport.close()
+        transport = self.transport
+        if self._refused or transport.is_closing():
+            return
+        self._refused = True
+        transport.write(refusal(status, message))
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(LINGER_S, transport.close)
+        else:
+            transport.close()
