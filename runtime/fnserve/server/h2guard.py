@@ -4,7 +4,8 @@ Neither Hypercorn (h2c on the HTTP port) nor grpclib limits how fast a client ma
 reset streams or ping: 100,000 HEADERS + RST_STREAM pairs in 1.3 s ("rapid reset",
 CVE-2023-44487) stalled the whole server 21 s and grew it by 760 MB. `FrameGuard` reads only
 the 9-byte header of each frame as the bytes arrive (no parsing, no copies of payloads) and
-counts stream resets, pings, SETTINGS and new streams per time window. Past a budget the
+counts stream resets, pings, SETTINGS and new streams per time window, and bounds a header
+block spread over CONTINUATION frames. Past a budget the
 connection is answered with GOAWAY(ENHANCE_YOUR_CALM) and closed, as nginx and Go's net/http do.
 It also tells when the client's first request head (HEADERS) arrived, for the header timeout.
 """
@@ -16,8 +17,9 @@ from dataclasses import dataclass
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _HEADER_SIZE = 9
-_HEADERS, _RST_STREAM, _SETTINGS, _PING, _GOAWAY = 0x1, 0x3, 0x4, 0x6, 0x7
+_HEADERS, _RST_STREAM, _SETTINGS, _PING, _GOAWAY, _CONTINUATION = 0x1, 0x3, 0x4, 0x6, 0x7, 0x9
 _ACK = 0x1
+_END_HEADERS = 0x4
 ENHANCE_YOUR_CALM = 0xB
 REFUSED_STREAM = 0x7
 NO_ERROR = 0x0
@@ -36,6 +38,7 @@ class FloodBudget:
     pings: int = 200
     settings: int = 200
     streams: int = 20_000
+    header_block_bytes: int = 256 * 1024  # one HEADERS + CONTINUATION block (CONTINUATION flood)
 
 
 class FrameGuard:
@@ -49,6 +52,7 @@ class FrameGuard:
     __slots__ = (
         "_budget",
         "_counts",
+        "_block",
         "_head",
         "_preface_left",
         "_skip",
@@ -63,6 +67,7 @@ class FrameGuard:
         self._skip = 0  # payload bytes of the current frame still to pass over
         self._head = b""  # a frame header split across reads
         self._counts = [0, 0, 0, 0]  # resets, pings, settings, streams
+        self._block = -1  # bytes of the header block being continued, -1 when none is open
         self._window_start = time.monotonic()
         self.last_stream_id = 0
         self.saw_headers = False
@@ -94,6 +99,10 @@ class FrameGuard:
     def _frame(self, header: bytes) -> str | None:
         self._skip = int.from_bytes(header[:3], "big")
         kind, flags = header[3], header[4]
+        if kind in (_HEADERS, _CONTINUATION):
+            reason = self._header_block(kind, flags)
+            if reason is not None:
+                return reason
         if kind == _HEADERS:
             self.saw_headers = True
             stream_id = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
@@ -106,6 +115,16 @@ class FrameGuard:
             return self._count(1, "pings")
         elif kind == _SETTINGS and not flags & _ACK:
             return self._count(2, "SETTINGS frames")
+        return None
+
+    def _header_block(self, kind: int, flags: int) -> str | None:
+        """Bound one header block however many CONTINUATION frames carry it."""
+        self._block = self._skip if kind == _HEADERS else self._block + self._skip
+        limit = self._budget.header_block_bytes
+        if self._block > limit:
+            return f"a header block of more than {limit} bytes"
+        if flags & _END_HEADERS:
+            self._block = -1
         return None
 
     def _count(self, slot: int, what: str) -> str | None:
