@@ -43,7 +43,79 @@ def main() -> None:
     "--max-body-bytes",
     default=64 * 1024 * 1024,
     show_default=True,
-    help="Largest HTTP request body, after decompression (gRPC takes up to 2 GiB, as Triton).",
+    help="Largest HTTP request body, after decompression.",
+)
+@click.option(
+    "--grpc-max-message-bytes",
+    default=256 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1, 2**31 - 1),
+    help="Largest gRPC message received or sent (RESOURCE_EXHAUSTED past it).",
+)
+@click.option(
+    "--max-connections",
+    default=2048,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Open connections per port; one more is refused at once (HTTP 503 / gRPC GOAWAY).",
+)
+@click.option(
+    "--header-timeout",
+    "header_timeout_s",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a connection has to send a complete request head (HTTP 408 past it).",
+)
+@click.option(
+    "--keep-alive-timeout",
+    "keep_alive_timeout_s",
+    default=75.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds an idle connection is kept open.",
+)
+@click.option(
+    "--max-header-bytes",
+    default=64 * 1024,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Largest HTTP request head / HTTP/2 header list (431 past it).",
+)
+@click.option(
+    "--max-headers",
+    default=100,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most header fields in one HTTP/1.1 request (431 past it).",
+)
+@click.option(
+    "--max-url-bytes",
+    default=8 * 1024,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Longest HTTP request target (414 past it).",
+)
+@click.option(
+    "--h2-max-concurrent-streams",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Streams one HTTP/2 or gRPC connection may have open at once.",
+)
+@click.option(
+    "--h2-window-bytes",
+    default=4 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1, 2**31 - 1),
+    help="gRPC HTTP/2 flow-control window, per stream and per connection.",
+)
+@click.option(
+    "--stream-max-inflight",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Requests of one ModelStreamInfer stream running at once (backpressure past it).",
 )
 @click.option(
     "--shutdown-timeout",

@@ -118,14 +118,17 @@ def grpc_call(
 def raw_http(host: str, port: int, request: Body) -> bytes:
     """(In the attacker process.) Send a raw request; the answer until close or 1 s idle."""
     with socket.create_connection((host, port), timeout=30) as sock:
-        sock.sendall(_materialize(request))
-        sock.shutdown(socket.SHUT_WR)
+        try:
+            sock.sendall(_materialize(request))
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the server answered and stopped reading before the end: read its answer
         sock.settimeout(1)
         chunks = []
         try:
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
-        except TimeoutError:
+        except (TimeoutError, ConnectionResetError):
             pass
     return b"".join(chunks)
 

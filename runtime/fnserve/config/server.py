@@ -35,8 +35,19 @@ class ServerConfig:
     Args:
         host: address every frontend binds.
         http_port, grpc_port, metrics_port: 0 picks a free port (reported after binding).
-        max_body_bytes: largest accepted HTTP request body, after decompression (gRPC has no
-            limit of its own below 2 GiB, as in Triton).
+        max_body_bytes: largest accepted HTTP request body, after decompression.
+        grpc_max_message_bytes: largest gRPC message received or sent.
+        max_connections: open connections per port; one more is refused at once.
+        header_timeout_s: time a connection has to send a complete request head (HTTP/1.1)
+            or its first request (HTTP/2, gRPC) after connecting or after its last response.
+        keep_alive_timeout_s: idle connections are closed after this long.
+        max_header_bytes, max_headers, max_url_bytes: bounds of one HTTP request head (and of
+            an HTTP/2 header list).
+        h2_max_concurrent_streams: streams one HTTP/2 (h2c or gRPC) connection may have open.
+        h2_window_bytes: the HTTP/2 flow-control windows the gRPC port grants (per stream and
+            per connection): how much a client may send before the server reads it.
+        stream_max_inflight: requests of one ModelStreamInfer stream running at once; past it
+            the server stops reading the stream (backpressure to the client).
         shutdown_timeout_s: how long in-flight requests may take to finish on SIGINT/SIGTERM
             (and on an unload); past it they fail with 503 / UNAVAILABLE.
         execution_timeout_s: default limit of one model execution (0: none); a model's own
@@ -54,6 +65,16 @@ class ServerConfig:
     grpc_port: int = 8001
     metrics_port: int = 8002
     max_body_bytes: int = 64 * 1024 * 1024
+    grpc_max_message_bytes: int = 256 * 1024 * 1024
+    max_connections: int = 2048
+    header_timeout_s: float = 10.0
+    keep_alive_timeout_s: float = 75.0
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    max_url_bytes: int = 8 * 1024
+    h2_max_concurrent_streams: int = 128
+    h2_window_bytes: int = 4 * 1024 * 1024
+    stream_max_inflight: int = 64
     shutdown_timeout_s: float = 30.0
     execution_timeout_s: float = 0.0
     max_queue_size: int = 1024
@@ -72,6 +93,7 @@ class ServerConfig:
             )
         if self.max_queue_size < 0:
             raise ModelConfigError(f"max_queue_size must be >= 0, got {self.max_queue_size}")
+        _check_positive(self, _POSITIVE)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
@@ -104,6 +126,33 @@ class ServerConfig:
     def input_limits(self) -> InputLimits:
         """The per-request input limits both codecs apply."""
         return InputLimits(self.max_name_length, self.max_bytes_elements, self.max_gzip_members)
+
+
+_POSITIVE = (
+    "max_body_bytes",
+    "grpc_max_message_bytes",
+    "max_connections",
+    "header_timeout_s",
+    "keep_alive_timeout_s",
+    "max_header_bytes",
+    "max_headers",
+    "max_url_bytes",
+    "h2_max_concurrent_streams",
+    "h2_window_bytes",
+    "stream_max_inflight",
+)
+# HTTP/2 caps flow-control windows at 2^31 - 1 (RFC 9113 §6.9.1); gRPC frames sizes in 32 bits.
+_MAX_31_BIT = 2**31 - 1
+
+
+def _check_positive(config: ServerConfig, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if value <= 0:
+            raise ModelConfigError(f"server setting '{name}' must be > 0, got {value}")
+    for name in ("h2_window_bytes", "grpc_max_message_bytes"):
+        if getattr(config, name) > _MAX_31_BIT:
+            raise ModelConfigError(f"server setting '{name}' must be <= {_MAX_31_BIT}")
 
 
 def _check_type(key: str, value: Any, default: Any) -> None:

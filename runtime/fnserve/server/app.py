@@ -8,16 +8,17 @@ the real ports at once. Shutdown: refuse new requests, let in-flight ones finish
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import resource
 import socket
 from collections.abc import Callable
 from typing import NamedTuple
 
-import grpclib.server
-
 from fnserve.config.server import ServerConfig
 from fnserve.errors import UnavailableError
 from fnserve.runtime import Runtime
+from fnserve.server.grpc.server import GrpcServer
 from fnserve.server.grpc.service import grpc_services
 from fnserve.server.http.routes import http_app
 from fnserve.server.http.transport import serve_http
@@ -48,6 +49,36 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+# File descriptors kept back for models, logs and the listening sockets themselves.
+_RESERVED_FDS = 256
+_PORTS = 3
+
+
+def fit_connections_to_fds(config: ServerConfig) -> ServerConfig:
+    """Raise the soft fd limit to the hard one, and cap connections so all ports fit in it.
+
+    A client holding connections up to one port's cap must never take the fds another port
+    (or a model opening a file) needs: that took all three ports down before.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # e.g. a container that forbids it: keep the soft one
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return config
+    fits = max((soft - _RESERVED_FDS) // _PORTS, 1)
+    if config.max_connections <= fits:
+        return config
+    log.warning(
+        "max connections per port lowered from %d to %d to fit the open-file limit of %d",
+        config.max_connections, fits, soft,
+    )  # fmt: skip
+    return dataclasses.replace(config, max_connections=fits)
+
+
 async def serve(
     runtime: Runtime,
     config: ServerConfig,
@@ -72,7 +103,8 @@ async def serve(
         metrics_sock.getsockname()[1],
     )
     await runtime.start(config.model_defaults())
-    grpc_server = grpclib.server.Server(grpc_services(runtime, config))
+    config = fit_connections_to_fds(config)
+    grpc_server = GrpcServer(grpc_services(runtime, config), config)
     await grpc_server.start(sock=grpc_sock)
     frontends_stop = asyncio.Event()
     http_task = asyncio.create_task(

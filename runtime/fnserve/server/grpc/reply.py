@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from grpclib.encoding.proto import ProtoCodec
 
+from fnserve.errors import PayloadTooLargeError
+
 if TYPE_CHECKING:
     from google.protobuf.message import Message
     from grpclib.server import Stream
@@ -53,6 +55,20 @@ def _flush_soon(h2: Any, transport: Any) -> None:
             transport.write(data)
 
     asyncio.get_running_loop().call_soon(flush)
+
+
+def check_reply_size(parts: list[bytes], max_bytes: int) -> None:
+    """Refuse a reply over the message size limit (RESOURCE_EXHAUSTED, as gRPC core does).
+
+    Raises:
+        PayloadTooLargeError: the reply is larger than `max_bytes`.
+    """
+    size = sum(map(len, parts))
+    if size > max_bytes:
+        raise PayloadTooLargeError(
+            f"response message of {size} bytes is over the limit of {max_bytes} bytes "
+            "(--grpc-max-message-bytes)"
+        )
 
 
 def _frame(parts: list[bytes]) -> bytes:

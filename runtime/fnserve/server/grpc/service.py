@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from fnserve.config.server import ServerConfig
 from fnserve.errors import InvalidInputError, UnsupportedError
 from fnserve.limits import DEFAULT_LIMITS, InputLimits, check_model, quote
 from fnserve.server.grpc._proto import grpc_service_pb2 as pb, health_pb2
@@ -24,13 +25,13 @@ from fnserve.server.grpc._proto.grpc_service_grpc import GRPCInferenceServiceBas
 from fnserve.server.grpc._proto.health_grpc import HealthBase
 from fnserve.server.grpc.codec import check_target, decode_request, encode_response
 from fnserve.server.grpc.errors import to_grpc_error
-from fnserve.server.grpc.reply import send_unary
-from fnserve.server.grpc.stream import serve_stream
+from fnserve.server.grpc.receive import receive
+from fnserve.server.grpc.reply import check_reply_size, send_unary
+from fnserve.server.grpc.stream import StreamLimits, serve_stream
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
 
-    from fnserve.config.server import ServerConfig
     from fnserve.runtime import Runtime
 
 _Req = TypeVar("_Req")
@@ -43,10 +44,12 @@ _OVERRIDE_PARAMETER = "config"
 _FILE_PARAMETER_PREFIX = "file:"
 
 
-async def _answer(stream: Stream[_Req, _Resp], handler: Callable[[_Req], Awaitable[_Resp]]) -> None:
+async def _answer(
+    stream: Stream[_Req, _Resp], handler: Callable[[_Req], Awaitable[_Resp]], max_bytes: int
+) -> None:
     """Serve one unary RPC: read the request, run `handler`, send its reply or the error."""
     try:
-        request = await stream.recv_message()
+        request = await receive(stream, max_bytes)
         if request is None:
             raise InvalidInputError("the request message is missing")
         reply = await handler(request)
@@ -65,11 +68,21 @@ class InferenceService(GRPCInferenceServiceBase):
     Args:
         runtime: the models to serve.
         limits: names and sizes one request may use.
+        max_message_bytes: largest message received or sent.
+        stream_max_inflight: requests of one ModelStreamInfer stream running at once.
     """
 
-    def __init__(self, runtime: Runtime, limits: InputLimits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        limits: InputLimits = DEFAULT_LIMITS,
+        max_message_bytes: int = ServerConfig.grpc_max_message_bytes,
+        stream_max_inflight: int = ServerConfig.stream_max_inflight,
+    ) -> None:
         self._runtime = runtime
         self._limits = limits
+        self._max_bytes = max_message_bytes
+        self._stream_max_inflight = stream_max_inflight
 
     def _version(self, request: Any) -> str:
         """The request's version, once its model name and version pass the limits."""
@@ -78,7 +91,7 @@ class InferenceService(GRPCInferenceServiceBase):
     # -- health and metadata -------------------------------------------------------------
 
     async def ServerLive(self, stream: Stream[pb.ServerLiveRequest, pb.ServerLiveResponse]) -> None:
-        await _answer(stream, self._server_live)
+        await _answer(stream, self._server_live, self._max_bytes)
 
     async def _server_live(self, _: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._runtime.is_live())
@@ -86,13 +99,13 @@ class InferenceService(GRPCInferenceServiceBase):
     async def ServerReady(
         self, stream: Stream[pb.ServerReadyRequest, pb.ServerReadyResponse]
     ) -> None:
-        await _answer(stream, self._server_ready)
+        await _answer(stream, self._server_ready, self._max_bytes)
 
     async def _server_ready(self, _: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self._runtime.is_ready())
 
     async def ModelReady(self, stream: Stream[pb.ModelReadyRequest, pb.ModelReadyResponse]) -> None:
-        await _answer(stream, self._model_ready)
+        await _answer(stream, self._model_ready, self._max_bytes)
 
     async def _model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
         # An unknown model is "not ready", not an error (Triton answers OK, ready=false).
@@ -102,7 +115,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def ServerMetadata(
         self, stream: Stream[pb.ServerMetadataRequest, pb.ServerMetadataResponse]
     ) -> None:
-        await _answer(stream, self._server_metadata)
+        await _answer(stream, self._server_metadata, self._max_bytes)
 
     async def _server_metadata(self, _: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
         return _parse(self._runtime.server_metadata(), pb.ServerMetadataResponse())
@@ -110,7 +123,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def ModelMetadata(
         self, stream: Stream[pb.ModelMetadataRequest, pb.ModelMetadataResponse]
     ) -> None:
-        await _answer(stream, self._model_metadata)
+        await _answer(stream, self._model_metadata, self._max_bytes)
 
     async def _model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
         doc = self._runtime.model_metadata(request.name, self._version(request))
@@ -119,7 +132,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def ModelConfig(
         self, stream: Stream[pb.ModelConfigRequest, pb.ModelConfigResponse]
     ) -> None:
-        await _answer(stream, self._model_config)
+        await _answer(stream, self._model_config, self._max_bytes)
 
     async def _model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
         config = self._runtime.model_config(request.name, self._version(request))
@@ -131,7 +144,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def ModelStatistics(
         self, stream: Stream[pb.ModelStatisticsRequest, pb.ModelStatisticsResponse]
     ) -> None:
-        await _answer(stream, self._model_statistics)
+        await _answer(stream, self._model_statistics, self._max_bytes)
 
     async def _model_statistics(
         self, request: pb.ModelStatisticsRequest
@@ -144,11 +157,12 @@ class InferenceService(GRPCInferenceServiceBase):
     async def ModelInfer(self, stream: Stream[pb.ModelInferRequest, pb.ModelInferResponse]) -> None:
         # The hot path: written out rather than through _answer, and replied in one write.
         try:
-            msg = await stream.recv_message()
+            msg = await receive(stream, self._max_bytes)
             if msg is None:
                 raise InvalidInputError("the request message is missing")
             request = decode_request(msg, self._limits)
             parts = encode_response(await self._runtime.infer(request))
+            check_reply_size(parts, self._max_bytes)
         except Exception as exc:
             raise to_grpc_error(exc) from None
         await send_unary(stream, parts, pb.ModelInferResponse)
@@ -156,14 +170,15 @@ class InferenceService(GRPCInferenceServiceBase):
     async def ModelStreamInfer(
         self, stream: Stream[pb.ModelInferRequest, pb.ModelStreamInferResponse]
     ) -> None:
-        await serve_stream(self._runtime, stream)
+        limits = StreamLimits(self._limits, self._max_bytes, self._stream_max_inflight)
+        await serve_stream(self._runtime, stream, limits)
 
     # -- model repository ----------------------------------------------------------------
 
     async def RepositoryIndex(
         self, stream: Stream[pb.RepositoryIndexRequest, pb.RepositoryIndexResponse]
     ) -> None:
-        await _answer(stream, self._repository_index)
+        await _answer(stream, self._repository_index, self._max_bytes)
 
     async def _repository_index(
         self, request: pb.RepositoryIndexRequest
@@ -175,7 +190,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def RepositoryModelLoad(
         self, stream: Stream[pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse]
     ) -> None:
-        await _answer(stream, self._load)
+        await _answer(stream, self._load, self._max_bytes)
 
     async def _load(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
         for key in request.parameters:
@@ -191,7 +206,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def RepositoryModelUnload(
         self, stream: Stream[pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse]
     ) -> None:
-        await _answer(stream, self._unload)
+        await _answer(stream, self._unload, self._max_bytes)
 
     async def _unload(
         self, request: pb.RepositoryModelUnloadRequest
@@ -242,15 +257,19 @@ class HealthService(HealthBase):
 
     Args:
         runtime: whose readiness is reported.
+        max_message_bytes: largest message received.
     """
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(
+        self, runtime: Runtime, max_message_bytes: int = ServerConfig.grpc_max_message_bytes
+    ) -> None:
         self._runtime = runtime
+        self._max_bytes = max_message_bytes
 
     async def Check(
         self, stream: Stream[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse]
     ) -> None:
-        await _answer(stream, self._check)
+        await _answer(stream, self._check, self._max_bytes)
 
     async def _check(self, _: health_pb2.HealthCheckRequest) -> health_pb2.HealthCheckResponse:
         status = _SERVING if self._runtime.is_ready() else _NOT_SERVING
@@ -269,5 +288,9 @@ def grpc_services(
         runtime: the models to serve.
         config: server settings (the input limits are taken from it).
     """
-    limits = DEFAULT_LIMITS if config is None else config.input_limits()
-    return [InferenceService(runtime, limits), HealthService(runtime)]
+    config = config or ServerConfig()
+    max_bytes = config.grpc_max_message_bytes
+    inference = InferenceService(
+        runtime, config.input_limits(), max_bytes, config.stream_max_inflight
+    )
+    return [inference, HealthService(runtime, max_bytes)]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from grpclib.exceptions import GRPCError
 
 from fnserve.errors import ModelExecutionError
+from fnserve.limits import InputLimits
 from fnserve.server.grpc._proto import grpc_service_pb2 as pb
 from fnserve.server.grpc.codec import (
     FINAL_RESPONSE,
@@ -25,7 +26,8 @@ from fnserve.server.grpc.codec import (
     wrap_stream_response,
 )
 from fnserve.server.grpc.errors import status_of, to_grpc_error
-from fnserve.server.grpc.reply import send_streamed
+from fnserve.server.grpc.receive import receive
+from fnserve.server.grpc.reply import check_reply_size, send_streamed
 
 if TYPE_CHECKING:
     from grpclib.const import Status
@@ -37,6 +39,19 @@ GRPC_ERROR_HEADER = "triton_grpc_error"
 _Pending = asyncio.Queue["asyncio.Task[_Outcome] | None"]
 
 
+class StreamLimits(NamedTuple):
+    """What one stream may use: input limits per request, message size, requests in flight.
+
+    At most `max_inflight` requests run (or wait to be written) at once; past it the stream is
+    not read, so HTTP/2 flow control holds the client back. A client that never reads its
+    responses thus costs a bounded amount of memory, not 3 GB and growing.
+    """
+
+    inputs: InputLimits
+    max_message_bytes: int
+    max_inflight: int
+
+
 class _Outcome(NamedTuple):
     parts: list[bytes]  # the serialized ModelStreamInferResponse
     status: Status | None = None  # set when the request failed
@@ -44,7 +59,9 @@ class _Outcome(NamedTuple):
 
 
 async def serve_stream(
-    runtime: Runtime, stream: Stream[pb.ModelInferRequest, pb.ModelStreamInferResponse]
+    runtime: Runtime,
+    stream: Stream[pb.ModelInferRequest, pb.ModelStreamInferResponse],
+    limits: StreamLimits,
 ) -> None:
     """Serve one ModelStreamInfer call until the client half-closes and all replies are sent.
 
@@ -53,8 +70,8 @@ async def serve_stream(
     """
     header = stream.metadata.get(GRPC_ERROR_HEADER) if stream.metadata else None
     grpc_errors = isinstance(header, str) and header.lower() == "true"
-    pending: _Pending = asyncio.Queue()
-    reader = asyncio.create_task(_read(runtime, stream, pending))
+    pending: _Pending = asyncio.Queue(limits.max_inflight)
+    reader = asyncio.create_task(_read(runtime, stream, pending, limits))
     writer = asyncio.create_task(_write(stream, pending, grpc_errors))
     try:
         await asyncio.wait((reader, writer), return_when=asyncio.FIRST_EXCEPTION)
@@ -81,10 +98,11 @@ async def _read(
     runtime: Runtime,
     stream: Stream[pb.ModelInferRequest, pb.ModelStreamInferResponse],
     pending: _Pending,
+    limits: StreamLimits,
 ) -> None:
-    async for msg in stream:
-        pending.put_nowait(asyncio.create_task(_respond(runtime, msg)))
-    pending.put_nowait(None)
+    while (msg := await receive(stream, limits.max_message_bytes)) is not None:
+        await pending.put(asyncio.create_task(_respond(runtime, msg, limits)))
+    await pending.put(None)
 
 
 async def _write(
@@ -99,10 +117,11 @@ async def _write(
         await send_streamed(stream, outcome.parts, pb.ModelStreamInferResponse)
 
 
-async def _respond(runtime: Runtime, msg: pb.ModelInferRequest) -> _Outcome:
+async def _respond(runtime: Runtime, msg: pb.ModelInferRequest, limits: StreamLimits) -> _Outcome:
     try:
-        request = decode_request(msg)
+        request = decode_request(msg, limits.inputs)
         parts = encode_response(await runtime.infer(request), final=True)
+        check_reply_size(parts, limits.max_message_bytes)
     except Exception as exc:
         status, message = status_of(exc)
         reply = _error_reply(msg, message, isinstance(exc, ModelExecutionError))

@@ -6,6 +6,11 @@ the connection goes to Hypercorn, which speaks HTTP/2; anything else goes to uvi
 `HttpToolsProtocol`, about three times faster than Hypercorn for HTTP/1.1. Both get the bytes
 already read replayed, so neither notices the switch.
 
+Limits (see `ServerConfig`): at most `max_connections` open connections (one more is answered
+503 and closed), a request head must arrive within `header_timeout_s` (`http1.py` bounds its
+size too), idle keep-alive connections close after `keep_alive_timeout_s`, and HTTP/2
+connections get Hypercorn's stream and header limits plus `h2guard`'s flood budget.
+
 Shutdown stops accepting, asks every connection to close once its response is out, waits up
 to `shutdown_timeout_s` for in-flight requests, then cancels what is left.
 """
@@ -24,24 +29,24 @@ from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config as HypercornConfig
 from starlette.types import ASGIApp
 from uvicorn.config import Config as UvicornConfig
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from fnserve.config.server import ServerConfig
+from fnserve.server.h2guard import ENHANCE_YOUR_CALM, FloodBudget, FrameGuard, goaway
+from fnserve.server.http.http1 import GuardedHttpToolsProtocol, refusal
 
 log = logging.getLogger(__name__)
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-# Idle keep-alive connections are closed after this long. Generous, because connection-pooling
-# clients (tritonclient's geventhttpclient) reuse sockets long after their last request.
-KEEP_ALIVE_TIMEOUT_S = 75
 
 
 class _Connections:
     """Shared state of one listening socket: protocol settings and every open connection."""
 
-    def __init__(self, app: ASGIApp, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, app: ASGIApp, loop: asyncio.AbstractEventLoop, limits: ServerConfig) -> None:
         self.loop = loop
+        self.limits = limits
+        self.max_connections = limits.max_connections
         self.uvicorn = UvicornConfig(
             app,
             http="httptools",
@@ -52,12 +57,14 @@ class _Connections:
             proxy_headers=False,
             server_header=False,
             date_header=False,
-            timeout_keep_alive=KEEP_ALIVE_TIMEOUT_S,
+            timeout_keep_alive=limits.keep_alive_timeout_s,  # type: ignore[arg-type]
         )
         self.uvicorn.load()
         self.state = ServerState()
         self.hypercorn = HypercornConfig()
-        self.hypercorn.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_S
+        self.hypercorn.keep_alive_timeout = limits.keep_alive_timeout_s
+        self.hypercorn.h2_max_concurrent_streams = limits.h2_max_concurrent_streams
+        self.hypercorn.h2_max_header_list_size = limits.max_header_bytes
         self.hypercorn.errorlog = logging.getLogger(__name__)
         self.hypercorn.include_server_header = False  # HTTP/1.1 answers carry none either
         self.hypercorn.include_date_header = False
@@ -69,15 +76,21 @@ class _Connections:
     def new_connection(self) -> asyncio.Protocol:
         return _Sniffer(self)
 
+    @property
+    def open_count(self) -> int:
+        return len(self.sniffing) + len(self.state.connections) + len(self.h2_tasks)
+
     def start_http1(self, transport: asyncio.Transport, data: bytes) -> None:
-        protocol = HttpToolsProtocol(self.uvicorn, self.state, {}, _loop=self.loop)
+        protocol = GuardedHttpToolsProtocol(
+            self.uvicorn, self.state, {}, _loop=self.loop, limits=self.limits
+        )
         transport.set_protocol(protocol)
         protocol.connection_made(cast(asyncio.Transport, _CoalescingWriter(transport, self.loop)))
         protocol.data_received(data)
 
     def start_h2(self, transport: asyncio.Transport, data: bytes) -> None:
         reader = asyncio.StreamReader(loop=self.loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=self.loop)
+        protocol = _GuardedStreamProtocol(reader, self.loop, self.limits)
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         writer = asyncio.StreamWriter(transport, protocol, reader, self.loop)
@@ -114,7 +127,7 @@ class _CoalescingWriter:
     uvicorn writes a response's status line and headers, then its body, as two writes; with
     Nagle off each is its own syscall and TCP segment. Flushing them together once the handler
     yields cut the server's CPU per small request by about 20 % (h2load, 64 connections).
-    Everything but `write` and `close` passes straight through to the real transport.
+    Everything but `write`, `close` and `write_eof` passes straight through to the real transport.
     """
 
     __slots__ = ("_loop", "_pending", "_transport")
@@ -142,6 +155,10 @@ class _CoalescingWriter:
         self._flush()
         self._transport.close()
 
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
@@ -157,12 +174,23 @@ class _Sniffer(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.connections.sniffing.add(self)
+        connections = self.connections
+        if connections.open_count >= connections.max_connections:
+            log.warning("HTTP connection refused: %d connections open", connections.open_count)
+            cap = connections.max_connections
+            message = f"the server has reached its limit of {cap} connections"
+            self.transport.write(refusal(503, message))
+            self.transport.close()
+            return
+        connections.sniffing.add(self)
         _no_delay(transport)
         # a client that connects and never speaks must not hold the connection forever
-        self.timer = self.connections.loop.call_later(KEEP_ALIVE_TIMEOUT_S, self.close)
+        timeout_s = connections.limits.header_timeout_s
+        self.timer = connections.loop.call_later(timeout_s, self.close)
 
     def data_received(self, data: bytes) -> None:
+        if self.timer is None:
+            return  # refused or timed out: closing
         self.buffer += data
         seen = min(len(self.buffer), len(H2_PREFACE))
         if self.buffer[:seen] != H2_PREFACE[:seen]:
@@ -190,6 +218,57 @@ class _Sniffer(asyncio.Protocol):
             self.transport.close()
 
 
+class _GuardedStreamProtocol(asyncio.StreamReaderProtocol):
+    """The h2c connection's reader protocol: frames pass `FrameGuard` before Hypercorn.
+
+    Floods (rapid reset, pings, SETTINGS) end the connection with GOAWAY; a connection that
+    sends no request (HEADERS) within the header timeout is closed.
+    """
+
+    def __init__(
+        self, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop, limits: ServerConfig
+    ) -> None:
+        super().__init__(reader, loop=loop)
+        self._guard = FrameGuard(FloodBudget())
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = loop.call_later(
+            limits.header_timeout_s, self._head_timed_out
+        )
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        reason = self._guard.feed(data)
+        if reason is not None:
+            self._cut(reason)
+            return
+        if self._timer is not None and self._guard.saw_headers:
+            self._timer.cancel()
+            self._timer = None
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        super().connection_lost(exc)
+
+    def _head_timed_out(self) -> None:
+        self._timer = None
+        if self._transport is not None and not self._guard.saw_headers:
+            self._transport.close()
+
+    def _cut(self, reason: str) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        log.warning("HTTP/2 connection closed: %s", reason)
+        transport.write(goaway(self._guard.last_stream_id, ENHANCE_YOUR_CALM, reason.encode()))
+        transport.close()
+
+
 def _no_delay(transport: asyncio.BaseTransport) -> None:
     # asyncio only disables Nagle itself when the listening socket was made with
     # proto=IPPROTO_TCP; with proto 0 a response written as headers + body stalls for the
@@ -214,7 +293,7 @@ async def serve_http(
         shutdown: set it to stop accepting and return once drained.
     """
     loop = asyncio.get_running_loop()
-    connections = _Connections(app, loop)
+    connections = _Connections(app, loop, config)
     server = await loop.create_server(connections.new_connection, sock=sock)
     try:
         await shutdown.wait()
