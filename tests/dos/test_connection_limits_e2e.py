@@ -100,10 +100,13 @@ def test_connection_cap_refuses_cleanly_on_http_and_grpc() -> None:
         client = httpx.Client()
         assert client.get(server.http + "/v2/health/ready").status_code == 200  # 1 connection
         host, port = _split(server.http)
+        fds = server.open_fds()
         held = [socket.create_connection((host, port)) for _ in range(19)]
         held_grpc = [socket.create_connection((host, server.grpc_port)) for _ in range(20)]
         try:
-            time.sleep(0.3)
+            deadline = time.monotonic() + 10  # until the server has accepted all of them
+            while server.open_fds() < fds + 39 and time.monotonic() < deadline:
+                time.sleep(0.05)
             refused = socket.create_connection((host, port))
             answer = _recv_all(refused, 5)
             assert answer.startswith(b"HTTP/1.1 503 "), answer[:80]
