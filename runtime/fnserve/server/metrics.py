@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import psutil
-
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
