@@ -107,7 +107,7 @@ def _counters(stats: list[ModelStats]) -> Iterator[Metric]:
     for name, (doc, value) in families.items():
         family = _counter(name, doc)
         for s in stats:
-            family.add_sample(name, {"model": s.name, "version": s.version}, value(s))
+            family.add_sample(name, {"model": s.name, "version": s.version}, value(s))  # type: ignore[no-untyped-call]
         yield family
 
 
@@ -174,7 +174,7 @@ def exposition(registry: CollectorRegistry) -> bytes:
 
 def _number(value: float) -> str:
     # Triton writes counts as integers ("6", not "6.0"); both parse the same.
-    return str(value) if isinstance(value, int) else floatToGoString(value)
+    return str(value) if isinstance(value, int) else floatToGoString(value)  # type: ignore[no-untyped-call]
 
 
 def _escape_help(text: str) -> str:
