@@ -267,12 +267,24 @@ class Runtime:
         else:  # the highest ready version, else the highest (whose state explains the error)
             ordered = self._sorted(name)
             model = next((v for v in reversed(ordered) if v.ready), ordered[-1])
+            if need_ready and not model.ready:
+                # Triton 2.51: 404 / NOT_FOUND "... has no available versions" when no version
+                # is named and none is ready (unloaded, failed, loading); a named version that
+                # is not ready is 503 / UNAVAILABLE (below).
+                raise ModelNotFoundError(
+                    f"model '{name}' has no available versions "
+                    f"(version {model.version} is {model.state}{_because(model)})"
+                )
         if need_ready and not model.ready:
-            reason = f": {model.reason}" if model.reason else ""
             raise ModelNotReadyError(
-                f"model '{name}' version {model.version} is not ready ({model.state}{reason})"
+                f"model '{name}' version {model.version} is not ready "
+                f"({model.state}{_because(model)})"
             )
         return model
+
+
+def _because(model: ModelVersion) -> str:
+    return f": {model.reason}" if model.reason else ""
 
 
 def _failure_reason(exc: BaseException) -> str:
