@@ -1,4 +1,4 @@
-"""`fnserve bench --ui` stopped with SIGTERM takes its Locust child (and the web UI port) with it."""
+"""`fnserve bench --ui` stopped by a signal takes its Locust child (and the UI port) with it."""
 
 from __future__ import annotations
 
