@@ -102,7 +102,7 @@ def serve_command(paths: tuple[Path, ...], strict: bool, allow_empty: bool, **op
     config = ServerConfig.from_mapping(options)
     configure(config.log_level, config.log_format)
     try:
-        runtime = _runtime(paths, strict, allow_empty)
+        runtime = _runtime(paths, config.strict, config.allow_empty)
     except FnserveError as exc:  # one line, no traceback: what failed, where, what to do
         raise click.ClickException(exc.message) from exc
     try:

@@ -113,3 +113,16 @@ def test_counters_count_as_tritons_do(server: RunningServer) -> None:
     assert value(after, success) - value(before, success) == 3
     assert 0 <= value(after, "nv_cpu_utilization") <= 1
     assert 0 < value(after, "nv_cpu_memory_used_bytes") < value(after, "nv_cpu_memory_total_bytes")
+
+
+def test_readme_names_the_families_fnserve_writes(server: RunningServer) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    paragraph = readme[readme.index("- Metrics written exactly as Triton") :].split("\n- ")[0]
+    paragraph = paragraph.replace("{input,infer,output}", "(input|infer|output)")
+    named: set[str] = set()
+    for token in re.findall(r"`((?:nv|fnserve)_[a-z_|()]+)`", paragraph):
+        parts = re.match(r"(.*)\((.*)\)(.*)", token)
+        named |= {f"{parts[1]}{p}{parts[3]}" for p in parts[2].split("|")} if parts else {token}
+    ours = set(families(httpx.get(server.metrics_url).text))
+    written = {n for n in named if not n.endswith("_")}  # `nv_pinned_memory_pool_*` prefixes
+    assert written - set(TRITON_ONLY) == ours

@@ -42,6 +42,8 @@ class ServerConfig:
             `execution_timeout_s` wins.
         max_queue_size: default bound of each model's queue when its queue policy sets none.
         debug_errors: send model exception messages to clients unscrubbed.
+        strict: refuse to start when a model file fails to import (default: serve the others).
+        allow_empty: start even when no model was found (default: an error).
         log_level, log_format: logging setup.
     """
 
@@ -54,6 +56,8 @@ class ServerConfig:
     execution_timeout_s: float = 0.0
     max_queue_size: int = 1024
     debug_errors: bool = False
+    strict: bool = False
+    allow_empty: bool = False
     log_level: str = "INFO"
     log_format: LogFormat = "text"
 
