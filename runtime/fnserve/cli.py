@@ -97,7 +97,7 @@ def main() -> None:
 @click.option(
     "--log-format", default="text", show_default=True, type=click.Choice(["text", "json"])
 )
-def serve_command(paths: tuple[Path, ...], strict: bool, allow_empty: bool, **options: Any) -> None:
+def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
     """Serve the @model functions found in PATHS (Python files or folders)."""
     config = ServerConfig.from_mapping(options)
     configure(config.log_level, config.log_format)
