@@ -54,10 +54,12 @@ def test_http_and_grpc_answer_like_triton(
 ) -> None:
     response = httpx.post(f"http://{unloaded.http_url}/v2/models/identity{suffix}/infer", json=BODY)
     assert (response.status_code, message in response.json()["error"]) == (status, True)
-    client = grpcclient.InferenceServerClient(unloaded.grpc_url)
     inp = grpcclient.InferInput("X", [1], "FP32")
     inp.set_data_from_numpy(np.array([1.0], np.float32))
-    with pytest.raises(InferenceServerException) as caught:
+    with (
+        grpcclient.InferenceServerClient(unloaded.grpc_url) as client,
+        pytest.raises(InferenceServerException) as caught,
+    ):
         client.infer("identity", [inp], model_version=version)
     assert caught.value.status() == code
     assert message in (caught.value.message() or "")
