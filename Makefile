@@ -1,16 +1,15 @@
 # Two entry points (see README): `make serve` and `make test`. Everything else supports them.
 PYTHON ?= python3
 VENV   ?= .venv
+GROUPS ?= --group test --group lint
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install serve test fuzz check proto bench clean
 
+# Under a lock, so `make serve` and `make test` started together build the venv once.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install -q -e . --group test --group lint
-	touch $(STAMP)
+	$(PYTHON) tools/setup_venv.py $(VENV) $(GROUPS)
 
 install: $(STAMP)
 
@@ -34,4 +33,4 @@ proto: $(STAMP)
 	$(BIN)/python -m fnserve.server.grpc.generate
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV).lock .pytest_cache .mypy_cache .ruff_cache .hypothesis

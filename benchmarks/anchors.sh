@@ -18,6 +18,11 @@ REPEAT=${REPEAT:-1}
 SYSTEMS=${SYSTEMS:-"pytriton fnserve"}
 RUN_ID=${RUN_ID:-fnserve-$(date +%Y%m%dT%H%M%S)}
 
+if [ ! -d "$KIT" ] && [ ! -f "$SRC/run_all.sh" ]; then
+  echo "benchmarks/anchors.sh: the anchors kit is not at $SRC (it lives outside this repository," \
+       "beside the checkout as ../shared/anchors); set ANCHORS_SRC=/path/to/anchors" >&2
+  exit 2
+fi
 [ -x "$ROOT/.venv/bin/fnserve" ] || make -C "$ROOT" install
 if [ ! -d "$KIT" ]; then
   cp -r "$SRC" "$KIT" && chmod -R u+w "$KIT"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -15,12 +16,14 @@ import click
 
 from fnserve import __version__
 from fnserve.config.server import ServerConfig
-from fnserve.errors import FnserveError
+from fnserve.errors import FnserveError, StartupError
 from fnserve.limits import DEFAULT_LIMITS
 from fnserve.logs import configure
-from fnserve.repository.discover import discover
+from fnserve.repository.source import ModelSource
 from fnserve.runtime import Runtime
 from fnserve.server.app import BoundPorts, serve
+
+log = logging.getLogger("fnserve")
 
 
 @click.group()
@@ -166,6 +169,17 @@ def main() -> None:
     help="Most members in one gzip-encoded HTTP request body.",
 )
 @click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse to start when any file fails to import (default: serve the others and list "
+    "its models as UNAVAILABLE with the reason).",
+)
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Start even when PATHS hold no @model (with a warning); default: an error.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -179,11 +193,40 @@ def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
     config = ServerConfig.from_mapping(options)
     configure(config.log_level, config.log_format)
     try:
-        runtime = Runtime(discover(paths))
-    except FnserveError as exc:
+        runtime = _runtime(paths, config.strict, config.allow_empty)
+    except FnserveError as exc:  # one line, no traceback: what failed, where, what to do
         raise click.ClickException(exc.message) from exc
-    _run(_serve(runtime, config))
+    try:
+        _run(_serve(runtime, config))
+    except FnserveError as exc:  # a port is taken: one line, no traceback
+        raise click.ClickException(exc.message) from exc
     _exit_past_stuck_threads()
+
+
+def _runtime(paths: tuple[Path, ...], strict: bool, allow_empty: bool) -> Runtime:
+    """Import the model files and build the runtime, applying --strict and --allow-empty."""
+    source = ModelSource(paths)
+    found = source.scan()
+    if found.failures and strict:
+        raise StartupError(f"{found.failures[0].reason} (--strict: any bad file is fatal)")
+    for failure in found.failures:
+        log.error("%s; its models are not served", failure.reason)
+    if not found.definitions:
+        message = _nothing_found(paths, found.files, found.ignored)
+        if not allow_empty:
+            raise StartupError(f"{message}; --allow-empty serves anyway")
+        log.warning("%s; serving no model (--allow-empty)", message)
+        click.echo(f"WARNING: {message}; serving no model (--allow-empty)", err=True)
+    return Runtime(found.definitions, source=source, failures=found.failures)
+
+
+def _nothing_found(paths: tuple[Path, ...], files: list[Path], ignored: list[Path]) -> str:
+    where = ", ".join(f"'{p}'" for p in paths)
+    message = f"no @model found in {where}: {len(files)} Python file(s) looked at"
+    if ignored:
+        names = ", ".join(p.name for p in ignored[:5]) + (", ..." if len(ignored) > 5 else "")
+        message += f", other files ignored ({names}: only Python @model functions are served)"
+    return message
 
 
 def _exit_past_stuck_threads() -> None:

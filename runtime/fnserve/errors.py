@@ -99,6 +99,11 @@ class RepositoryError(FnserveError):
     """Loading or unloading a model failed."""
 
 
+class StartupError(FnserveError):
+    """The server cannot start (a port is taken, no model was found); `fnserve serve` prints
+    the message as one line and exits non-zero."""
+
+
 __all__ = [
     "CancelledError",
     "DeadlineExceededError",
@@ -113,6 +118,7 @@ __all__ = [
     "QueueFullError",
     "RepositoryError",
     "RequestTimeoutError",
+    "StartupError",
     "UnavailableError",
     "UnsupportedError",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
 
 from fnserve.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, Tensor
 from fnserve.errors import ModelConfigError
@@ -62,6 +62,15 @@ class ModelDefinition(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<model {self.config.name!r} v{self.config.version} -> {self.target!r}>"
+
+    def location(self) -> str:
+        """Where it is declared: "FILE:LINE" (the module's name when the source is unknown)."""
+        try:
+            file = inspect.getsourcefile(self.target)
+            _, line = inspect.getsourcelines(self.target)
+        except (OSError, TypeError):
+            return self.__module__
+        return f"{file}:{line}" if file else self.__module__
 
     def infer_callable(self, context: InstanceContext) -> Callable[..., Any]:
         """The callable one instance runs: the function itself, or a new object's `__call__`."""
@@ -120,10 +129,31 @@ def _check_signature(definition: ModelDefinition[Any, Any]) -> None:
         )
 
 
+@overload
+def model(target: Callable[..., Any], /) -> NoReturn: ...
+
+
+@overload
 def model(
     *,
     inputs: Sequence[Tensor],
     outputs: Sequence[Tensor],
+    name: str | None = None,
+    version: int = 1,
+    max_batch_size: int = 0,
+    dynamic_batching: DynamicBatching | None = None,
+    instance_group: Sequence[InstanceGroup] | None = None,
+    parameters: Mapping[str, str] | None = None,
+    execution_timeout_s: float | None = None,
+) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]: ...
+
+
+def model(
+    target: Callable[..., Any] | None = None,
+    /,
+    *,
+    inputs: Sequence[Tensor] | None = None,
+    outputs: Sequence[Tensor] | None = None,
     name: str | None = None,
     version: int = 1,
     max_batch_size: int = 0,
@@ -154,14 +184,27 @@ def model(
             parameter `execution_timeout_s`.
 
     Raises:
-        ModelConfigError: when the declaration is invalid (at import time).
+        ModelConfigError: when the declaration is invalid (at import time), also for a bare
+            `@model` (without the parentheses and the declaration).
     """
+    if target is not None:
+        raise ModelConfigError(
+            f"@model needs its declaration in parentheses above "
+            f"'{getattr(target, '__name__', target)}': write @model(inputs=[Tensor(...)], "
+            f"outputs=[Tensor(...)])"
+        )
+    if inputs is None or outputs is None:
+        missing = " and ".join(
+            n for n, v in (("inputs", inputs), ("outputs", outputs)) if v is None
+        )
+        raise ModelConfigError(f"@model(...) needs {missing}=[Tensor(NAME, DATATYPE, DIMS), ...]")
+    declared_inputs, declared_outputs = inputs, outputs
 
     def decorate(target: Callable[P, R]) -> ModelDefinition[P, R]:
         config = ModelConfig(
             name=name or str(getattr(target, "__name__", "")),
-            inputs=inputs,
-            outputs=outputs,
+            inputs=declared_inputs,
+            outputs=declared_outputs,
             version=version,
             max_batch_size=max_batch_size,
             dynamic_batching=dynamic_batching,

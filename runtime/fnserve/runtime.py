@@ -35,7 +35,9 @@ from fnserve.errors import (
     UnavailableError,
 )
 from fnserve.model import ModelDefinition
+from fnserve.repository.discover import ImportFailure
 from fnserve.repository.lifecycle import ModelVersion
+from fnserve.repository.source import ModelSource
 from fnserve.scheduling.request import prepare
 from fnserve.types import IndexEntry, InferOutput, InferRequest, InferResponse
 
@@ -56,14 +58,25 @@ class Runtime:
 
     Args:
         definitions: `@model` definitions; several versions of one name are allowed.
+        source: the files they came from; a repository `load` then re-imports changed files
+            and serves their new code.
+        failures: files that failed to import: their models are listed UNAVAILABLE with the
+            reason (file and line) until a `load` imports them.
 
     Raises:
-        RepositoryError: two definitions share a name and version.
+        RepositoryError: two definitions share a name and version (naming both places).
     """
 
-    def __init__(self, definitions: Iterable[ModelDefinition[Any, Any]] = ()) -> None:
+    def __init__(
+        self,
+        definitions: Iterable[ModelDefinition[Any, Any]] = (),
+        source: ModelSource | None = None,
+        failures: Iterable[ImportFailure] = (),
+    ) -> None:
         self._models: dict[str, dict[str, ModelVersion]] = {}
         self._ordered: dict[str, list[ModelVersion]] = {}  # versions by number, for lookups
+        self._source = source
+        self._failed: dict[str, list[IndexEntry]] = {}  # models of files that failed to import
         self._started = False
         self._closing = False
         self._inflight = 0
@@ -71,6 +84,7 @@ class Runtime:
         self._defaults = ModelDefaults()
         for definition in definitions:
             self.add(definition)
+        self._set_failures(failures)
 
     def add(self, definition: ModelDefinition[Any, Any]) -> None:
         """Register a definition (loaded by `start` or `load_model`)."""
@@ -78,7 +92,10 @@ class Runtime:
         versions = self._models.setdefault(config.name, {})
         key = str(config.version)
         if key in versions:
-            raise RepositoryError(f"model '{config.name}' version {key} is defined twice")
+            raise RepositoryError(
+                f"model '{config.name}' version {key} is defined twice: at "
+                f"{versions[key].definition.location()} and at {definition.location()}"
+            )
         versions[key] = ModelVersion(definition)
         self._ordered[config.name] = [versions[k] for k in sorted(versions, key=int)]
 
@@ -181,6 +198,9 @@ class Runtime:
             for name in sorted(self._models)
             for v in self._sorted(name)
         ]
+        entries += [e for name, rows in self._failed.items() if name not in self._models
+                    for e in rows]  # fmt: skip
+        entries.sort(key=lambda e: (e.name, int(e.version)))
         return [e for e in entries if e.state == "READY"] if ready else entries
 
     def version_stats(self) -> list[Any]:
@@ -192,9 +212,17 @@ class Runtime:
     async def load_model(self, name: str) -> None:
         """Load (or reload) every version of `name`.
 
+        With a source, files changed since they were imported are imported again first; when
+        `name`'s definitions changed, its old versions are unloaded (drained) and the new ones
+        loaded, so the code served after this returns is the code on disk. When its file now
+        fails to import, this fails with the reason and the old versions keep serving.
+
         Raises:
-            RepositoryError: unknown model, or a version failed to load.
+            RepositoryError: unknown model, its file fails to import, or a version failed to
+                load.
         """
+        if self._source is not None:
+            await self._refresh(name)
         if name not in self._models:
             raise RepositoryError(f"failed to load '{name}', no version is available")
         errors = []
@@ -205,6 +233,33 @@ class Runtime:
                 errors.append(exc.message)
         if errors:
             raise RepositoryError("; ".join(errors))
+
+    async def _refresh(self, name: str) -> None:
+        """Re-import changed files and swap in `name`'s new definitions, if any."""
+        assert self._source is not None
+        found = await asyncio.to_thread(self._source.scan)  # user code: not on the loop
+        self._set_failures(found.failures)
+        broken = [f for f in found.failures if name in (n for n, _ in f.models)]
+        if broken:
+            raise RepositoryError(f"failed to load '{name}': {broken[0].reason}")
+        new = {str(d.config.version): d for d in found.definitions if d.config.name == name}
+        old = {v.version: v.definition for v in self._sorted(name)}
+        if new.keys() == old.keys() and all(new[k] is old[k] for k in new):
+            return
+        for version in self._sorted(name):
+            await version.unload()
+        self._models.pop(name, None)
+        self._ordered.pop(name, None)
+        for definition in sorted(new.values(), key=lambda d: d.config.version):
+            self.add(definition)
+        log.info("model '%s': re-imported changed source, loading its new code", name)
+
+    def _set_failures(self, failures: Iterable[ImportFailure]) -> None:
+        self._failed = {}
+        for failure in failures:
+            for name, version in failure.models or ((failure.file.name, 1),):
+                row = IndexEntry(name, str(version), "UNAVAILABLE", failure.reason)
+                self._failed.setdefault(name, []).append(row)
 
     async def unload_model(
         self, name: str, unload_dependents: bool = False, drain_timeout_s: float | None = None
@@ -259,6 +314,12 @@ class Runtime:
     def _version(self, name: str, version: str, need_ready: bool) -> ModelVersion:
         versions = self._models.get(name)
         if not versions:
+            failed = self._failed.get(name)
+            if failed:  # its file failed to import
+                raise ModelNotFoundError(
+                    f"model '{name}' has no available versions "
+                    f"(version {failed[-1].version} is UNAVAILABLE: {failed[-1].reason})"
+                )
             raise ModelNotFoundError(f"unknown model '{name}'")
         if version:
             model = versions.get(version)
@@ -267,12 +328,24 @@ class Runtime:
         else:  # the highest ready version, else the highest (whose state explains the error)
             ordered = self._sorted(name)
             model = next((v for v in reversed(ordered) if v.ready), ordered[-1])
+            if need_ready and not model.ready:
+                # Triton 2.51: 404 / NOT_FOUND "... has no available versions" when no version
+                # is named and none is ready (unloaded, failed, loading); a named version that
+                # is not ready is 503 / UNAVAILABLE (below).
+                raise ModelNotFoundError(
+                    f"model '{name}' has no available versions "
+                    f"(version {model.version} is {model.state}{_because(model)})"
+                )
         if need_ready and not model.ready:
-            reason = f": {model.reason}" if model.reason else ""
             raise ModelNotReadyError(
-                f"model '{name}' version {model.version} is not ready ({model.state}{reason})"
+                f"model '{name}' version {model.version} is not ready "
+                f"({model.state}{_because(model)})"
             )
         return model
+
+
+def _because(model: ModelVersion) -> str:
+    return f": {model.reason}" if model.reason else ""
 
 
 def _failure_reason(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from fnserve import InstanceGroup, Tensor, model
 from fnserve.backends.devices import cuda_device_count
-from fnserve.errors import ModelNotReadyError, RepositoryError, UnavailableError
+from fnserve.errors import ModelNotFoundError, ModelNotReadyError, RepositoryError, UnavailableError
 from fnserve.runtime import Runtime
 from fnserve.types import InferInput, InferRequest
 
@@ -40,7 +40,7 @@ async def test_kind_gpu_without_cuda_fails_only_that_model() -> None:
         assert index["gpu_model"].state == "UNAVAILABLE"
         assert "no CUDA device is available" in index["gpu_model"].reason
         assert index["cpu_model"].state == "READY"
-        with pytest.raises(ModelNotReadyError, match="no CUDA device"):
+        with pytest.raises(ModelNotFoundError, match="no available versions.*no CUDA device"):
             await runtime.infer(_request("gpu_model"))
         assert (await runtime.infer(_request("cpu_model"))).outputs[0].data[0] == 1.0
     finally:
@@ -63,8 +63,10 @@ async def test_unload_finishes_running_requests_then_refuses() -> None:
     await asyncio.sleep(0.01)
     assert not runtime.model_ready("slow")
     assert runtime.repository_index()[0].state == "UNLOADING"
-    with pytest.raises(ModelNotReadyError):
+    with pytest.raises(ModelNotFoundError, match="has no available versions"):
         await runtime.infer(_request("slow"))
+    with pytest.raises(ModelNotReadyError, match="version 1 is not ready"):
+        await runtime.infer(InferRequest("slow", _request("slow").inputs, model_version="1"))
     gate.set()
     assert (await running).outputs[0].data[0] == 7.0
     await unloading

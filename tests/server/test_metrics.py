@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -9,7 +10,6 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import RunningServer
@@ -21,11 +21,15 @@ def _samples(server: RunningServer) -> dict[tuple[str, frozenset[tuple[str, str]
     response = httpx.get(server.metrics_url)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(response.text)
-        for s in family.samples
-    }
+    # A plain line parser: prometheus_client's own renames counters to `<name>_total`.
+    samples = {}
+    for line in response.text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name, _, labels = series.partition("{")
+            pairs = re.findall(r'(\w+)="([^"]*)"', labels)
+            samples[(name, frozenset(pairs))] = float(value)
+    return samples
 
 
 def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
@@ -46,19 +50,15 @@ def test_metrics_grow_with_traffic_and_agree_with_statistics(server: RunningServ
     for i in range(7):
         _infer(client, i)
     after = _samples(server)
-    success = "nv_inference_request_success_total"
+    success = "nv_inference_request_success"
     assert _value(after, success) - _value(before, success) == 7
-    assert (
-        _value(after, "nv_inference_count_total") - _value(before, "nv_inference_count_total") == 7
-    )
-    assert _value(after, "nv_inference_exec_count_total") > _value(
-        before, "nv_inference_exec_count_total"
-    )
+    assert _value(after, "nv_inference_count") - _value(before, "nv_inference_count") == 7
+    assert _value(after, "nv_inference_exec_count") > _value(before, "nv_inference_exec_count")
     for family in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
-        name = f"nv_inference_{family}_duration_us_total"
+        name = f"nv_inference_{family}_duration_us"
         assert _value(after, name) >= _value(before, name)
-    assert _value(after, "nv_inference_request_duration_us_total") > _value(
-        before, "nv_inference_request_duration_us_total"
+    assert _value(after, "nv_inference_request_duration_us") > _value(
+        before, "nv_inference_request_duration_us"
     )
     assert _value(after, "nv_inference_pending_request_count") == 0
     # The latency histogram counts every success, so p50..p99 can be read from it.
@@ -68,7 +68,7 @@ def test_metrics_grow_with_traffic_and_agree_with_statistics(server: RunningServ
     )
     stats = client.get_inference_statistics("identity")["model_stats"][0]
     assert int(stats["inference_stats"]["success"]["count"]) == _value(after, success)
-    assert int(stats["execution_count"]) == _value(after, "nv_inference_exec_count_total")
+    assert int(stats["execution_count"]) == _value(after, "nv_inference_exec_count")
 
 
 def test_failures_carry_a_reason_label(server: RunningServer) -> None:
@@ -79,7 +79,7 @@ def test_failures_carry_a_reason_label(server: RunningServer) -> None:
     with pytest.raises(InferenceServerException, match="negative input"):
         client.infer("fails", [inp])
     after = _samples(server)
-    key = ("nv_inference_request_failure_total",
+    key = ("nv_inference_request_failure",
            frozenset({"model": "fails", "version": "1", "reason": "BACKEND"}.items()))  # fmt: skip
     assert after[key] - before.get(key, 0.0) == 1
 

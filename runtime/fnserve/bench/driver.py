@@ -28,7 +28,7 @@ from typing import Any
 import gevent  # type: ignore[import-untyped]
 import gevent.event  # type: ignore[import-untyped]
 import locust  # patches sockets, threads and subprocess for gevent on import
-import psutil  # type: ignore[import-untyped]
+import psutil
 from locust.argument_parser import get_parser
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner

@@ -8,6 +8,7 @@ for the web UI.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from fnserve.bench.children import run_group
 from fnserve.bench.options import BenchOptions
 from fnserve.bench.report import StepResult, Sweep
 
@@ -115,7 +117,11 @@ def _follow(lines: Any, sweep: Sweep, progress: Progress) -> str:
 
 
 def run_ui(options: BenchOptions) -> int:
-    """Locust's own web UI with the same users and model options; returns Locust's status."""
+    """Locust's own web UI with the same users and model options; returns Locust's status.
+
+    Locust runs in its own process group that is taken down with this process (see
+    `children.run_group`).
+    """
     locustfile = Path(__file__).with_name("locustfile.py")
     kind = "grpc" if options.protocol == "grpc" else "binary" if options.binary else "json"
     host = options.grpc_target if options.protocol == "grpc" else options.http_base
@@ -148,10 +154,8 @@ def run_ui(options: BenchOptions) -> int:
     ]
     if options.workers:
         command += ["--processes", str(options.workers)]
+    port = os.environ.get("LOCUST_WEB_PORT", "8089")  # Locust's own setting
     sys.stderr.write(
-        f"Locust web UI for '{options.model}' on http://127.0.0.1:8089 (Ctrl-C stops it)\n"
+        f"Locust web UI for '{options.model}' on http://127.0.0.1:{port} (Ctrl-C stops it)\n"
     )
-    try:
-        return subprocess.call(command)
-    except KeyboardInterrupt:
-        return 130
+    return run_group(command)

@@ -64,6 +64,14 @@ class Tensor:
     optional: bool = False
 
     def __post_init__(self) -> None:
+        dims = self.dims
+        # Checked here because tuple(4) would say "'int' object is not iterable"; the values
+        # are checked with the rest of the model's declaration.
+        if isinstance(dims, str | bytes) or not isinstance(dims, Sequence):
+            raise ModelConfigError(
+                f"tensor '{self.name}': dims must be a list of ints such as [4] or [-1], "
+                f"got {dims!r}"
+            )
         _freeze(self, "dims", tuple)
 
 

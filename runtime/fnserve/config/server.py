@@ -57,6 +57,8 @@ class ServerConfig:
         max_name_length: longest model name, version or tensor name a request may give.
         max_bytes_elements: most BYTES elements in one inference request (all inputs).
         max_gzip_members: most members in one gzip-encoded HTTP request body.
+        strict: refuse to start when a model file fails to import (default: serve the others).
+        allow_empty: start even when no model was found (default: an error).
         log_level, log_format: logging setup.
     """
 
@@ -82,6 +84,8 @@ class ServerConfig:
     max_name_length: int = DEFAULT_LIMITS.max_name_length
     max_bytes_elements: int = DEFAULT_LIMITS.max_bytes_elements
     max_gzip_members: int = DEFAULT_LIMITS.max_gzip_members
+    strict: bool = False
+    allow_empty: bool = False
     log_level: str = "INFO"
     log_format: LogFormat = "text"
 

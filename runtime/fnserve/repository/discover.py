@@ -1,55 +1,184 @@
-"""Find `@model` definitions in Python files and folders given on the command line."""
+"""Find `@model` definitions in Python files and folders given on the command line.
+
+Each file is imported as its own module (`fnserve_user.<stem>_<hash of its path>`). A file that
+fails to import is reported with its path and the line that failed, plus the models its source
+declares (read from its syntax, so the index can name them even though they never ran).
+"""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import sys
+import traceback
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from fnserve.errors import RepositoryError
 from fnserve.model import ModelDefinition
 
+Definition = ModelDefinition[Any, Any]
 
-def discover(paths: Iterable[str | Path]) -> list[ModelDefinition[Any, Any]]:
+
+@dataclass(frozen=True)
+class ImportFailure:
+    """A file that could not be imported.
+
+    Args:
+        file: the file.
+        reason: one line: "importing 'FILE' failed at line N: ErrorType: message".
+        models: (name, version) of the models its source declares, as far as they are known.
+    """
+
+    file: Path
+    reason: str
+    models: tuple[tuple[str, int], ...]
+
+
+class ModelImportError(RepositoryError):
+    """A file failed to import; `failure` says which, where and why."""
+
+    def __init__(self, failure: ImportFailure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+@dataclass
+class Discovery:
+    """What a scan of the model paths found."""
+
+    definitions: list[Definition] = field(default_factory=list)
+    failures: list[ImportFailure] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # Python files looked at
+    ignored: list[Path] = field(default_factory=list)  # other files in the folders
+
+
+def discover(paths: Iterable[str | Path]) -> list[Definition]:
     """Import every `.py` file under `paths` and collect the models they define.
 
     Raises:
-        RepositoryError: a path does not exist, or a file fails to import.
+        RepositoryError: a path does not exist, or a file fails to import (naming the file
+            and the line).
     """
-    found: dict[int, ModelDefinition[Any, Any]] = {}
-    for path in paths:
-        for file in _python_files(Path(path)):
-            for value in vars(_import(file)).values():
-                if isinstance(value, ModelDefinition):
-                    found[id(value)] = value
+    found: list[Definition] = []
+    for file in python_files(paths)[0]:
+        found += definitions_in(import_file(file))
+    return found
+
+
+def python_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
+    """The Python files under `paths` (files starting with `_` skipped in folders), and the
+    other files found in the folders (to say what was ignored when no model is found)."""
+    files: list[Path] = []
+    ignored: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            everything = sorted(p for p in path.rglob("*") if p.is_file())
+            files += [p for p in everything if p.suffix == ".py" and not p.name.startswith("_")]
+            ignored += [p for p in everything if p.suffix not in (".py", ".pyc")]
+        else:
+            raise RepositoryError(f"model path '{path}' does not exist")
+    return files, ignored
+
+
+def definitions_in(module: ModuleType) -> list[Definition]:
+    """The `@model` definitions a module holds, each once."""
+    found: dict[int, Definition] = {}
+    for value in vars(module).values():
+        if isinstance(value, ModelDefinition):
+            found[id(value)] = value
     return list(found.values())
 
 
-def _python_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*.py") if not p.name.startswith("_"))
-    raise RepositoryError(f"model path '{path}' does not exist")
-
-
-def _import(file: Path) -> Any:
-    # A stable, unique module name per file, so two folders may both hold `models.py`.
+def module_name(file: Path) -> str:
+    """A stable, unique module name per file, so two folders may both hold `models.py`."""
     digest = hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:8]
-    name = f"fnserve_user.{file.stem}_{digest}"
-    if name in sys.modules:
+    return f"fnserve_user.{file.stem}_{digest}"
+
+
+def import_file(file: Path, fresh: bool = False) -> ModuleType:
+    """Import `file` (again, replacing the cached module, when `fresh`).
+
+    Raises:
+        ModelImportError: the file raised while importing (a syntax error, a declaration mistake).
+    """
+    name = module_name(file)
+    if name in sys.modules and not fresh:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None:
         raise RepositoryError(f"cannot import '{file}'")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    previous = sys.modules.get(name)
+    sys.modules[name] = module  # during execution, as a normal import (dataclasses need it)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        del sys.modules[name]
-        raise RepositoryError(f"importing '{file}' failed: {type(exc).__name__}: {exc}") from exc
+        if previous is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = previous
+        reason = f"importing '{file}' failed{_where(file, exc)}: {type(exc).__name__}: {exc}"
+        raise ModelImportError(ImportFailure(file, reason, declared_models(file))) from exc
     return module
+
+
+def _where(file: Path, exc: BaseException) -> str:
+    """ " at line N": the last line of `file` the error went through (or the syntax error's)."""
+    if isinstance(exc, SyntaxError) and exc.lineno is not None:
+        return f" at line {exc.lineno}"
+    target = str(file.resolve())
+    lines = [
+        frame.lineno
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename and Path(frame.filename).resolve() == Path(target)
+    ]
+    return f" at line {lines[-1]}" if lines else ""
+
+
+def declared_models(file: Path) -> tuple[tuple[str, int], ...]:
+    """(name, version) of every function or class decorated with `model(...)` in the source,
+    read from its syntax without running it (literal `name=` and `version=` only)."""
+    try:
+        tree = ast.parse(file.read_bytes(), str(file))
+    except (SyntaxError, ValueError, OSError):
+        return ()
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for decorator in node.decorator_list:
+            call = decorator if isinstance(decorator, ast.Call) else None
+            target = call.func if call else decorator
+            if _called(target) != "model":
+                continue
+            keywords = {k.arg: k.value for k in call.keywords} if call else {}
+            name, version = keywords.get("name"), keywords.get("version")
+            found.append(
+                (
+                    _literal(name, str) or node.name,
+                    _literal(version, int) or 1,
+                )
+            )
+    return tuple(found)
+
+
+def _called(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+def _literal(node: ast.expr | None, kind: type[Any]) -> Any:
+    if isinstance(node, ast.Constant) and isinstance(node.value, kind):
+        return node.value
+    return None

@@ -89,19 +89,28 @@ class BatchRunner:
     def check_outputs(self, result: Any, rows: int) -> dict[str, Array]:
         """Hold what the model returned to its declaration; one array per declared output."""
         name = self.config.name
+        if result is None or not isinstance(result, Mapping) and len(self._outputs) != 1:
+            raise ModelExecutionError(
+                f"model '{name}' returned {_kind(result)}; it declares {self._declared()}, so "
+                f"it must return "
+                + ("one array or " if len(self._outputs) == 1 else "")
+                + "a dict of output name to array"
+            )
         if not isinstance(result, Mapping):
-            if len(self._outputs) != 1:
-                raise ModelExecutionError(
-                    f"model '{name}' returned {type(result).__name__}; with several outputs it "
-                    f"must return a dict of {', '.join(t.name for t in self._outputs)}"
-                )
             result = {self._outputs[0].name: result}
-        outputs: dict[str, Array] = {}
-        for spec in self._outputs:
-            if spec.name not in result:
-                raise ModelExecutionError(f"model '{name}' did not return output '{spec.name}'")
-            outputs[spec.name] = self._check_output(spec, result[spec.name], rows)
-        return outputs
+        missing = [t.name for t in self._outputs if t.name not in result]
+        if missing:
+            returned = ", ".join(repr(str(k))[:40] for k in list(result)[:8]) or "nothing"
+            raise ModelExecutionError(
+                f"model '{name}' returned output(s) {returned} but not "
+                f"{', '.join(missing)}; it declares {self._declared()}"
+            )
+        return {t.name: self._check_output(t, result[t.name], rows) for t in self._outputs}
+
+    def _declared(self) -> str:
+        return ", ".join(
+            f"{t.name} {t.datatype} {self.config.full_shape(t)}" for t in self._outputs
+        )
 
     def _check_output(self, spec: Tensor, value: Any, rows: int) -> Array:
         name = self.config.name
@@ -144,6 +153,12 @@ def split_outputs(
         for i, part in enumerate(np.split(array, offsets)):
             results[i][name] = part
     return results
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "None"
+    return f"a {type(value).__name__}"
 
 
 def merge_inputs(batch: Sequence[PendingRequest]) -> dict[str, Array]:

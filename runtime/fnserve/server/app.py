@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from fnserve.config.server import ServerConfig
-from fnserve.errors import UnavailableError
+from fnserve.errors import StartupError, UnavailableError
 from fnserve.runtime import Runtime
 from fnserve.server.grpc.server import GrpcServer
 from fnserve.server.grpc.service import grpc_services
@@ -36,14 +36,26 @@ class BoundPorts(NamedTuple):
     metrics: int
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (SO_REUSEADDR, so restarts do not wait for TIME_WAIT)."""
+def bind(host: str, port: int, what: str = "") -> socket.socket:
+    """A listening TCP socket (SO_REUSEADDR, so restarts do not wait for TIME_WAIT).
+
+    Raises:
+        StartupError: the address is taken or cannot be used; names `what` (e.g. "HTTP").
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio disables Nagle only on sockets it knows are TCP, and a
     # Nagle delay costs 40 ms per request against clients that send headers and body apart.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        flag = f" (choose another with --{what.lower()}-port, or 0 for a free one)" if what else ""
+        raise StartupError(
+            f"cannot listen on {host}:{port}{' for ' + what if what else ''}: "
+            f"{(exc.strerror or str(exc)).lower()}{flag}"
+        ) from exc
     sock.listen(2048)
     sock.setblocking(False)
     return sock
@@ -79,6 +91,23 @@ def fit_connections_to_fds(config: ServerConfig) -> ServerConfig:
     return dataclasses.replace(config, max_connections=fits)
 
 
+def _bind_all(config: ServerConfig) -> list[socket.socket]:
+    """The HTTP, gRPC and metrics sockets; none is left open when one cannot be bound."""
+    socks: list[socket.socket] = []
+    try:
+        for what, port in (
+            ("HTTP", config.http_port),
+            ("gRPC", config.grpc_port),
+            ("metrics", config.metrics_port),
+        ):
+            socks.append(bind(config.host, port, what))
+    except StartupError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
 async def serve(
     runtime: Runtime,
     config: ServerConfig,
@@ -93,9 +122,7 @@ async def serve(
         shutdown: set it to stop the server.
         on_ready: called once every frontend listens, with the bound ports.
     """
-    http_sock = bind(config.host, config.http_port)
-    grpc_sock = bind(config.host, config.grpc_port)
-    metrics_sock = bind(config.host, config.metrics_port)
+    http_sock, grpc_sock, metrics_sock = _bind_all(config)
     ports = BoundPorts(
         config.host,
         http_sock.getsockname()[1],

@@ -1,7 +1,13 @@
-"""Prometheus metrics with Triton's family names, read from the runtime's statistics records.
+"""Prometheus metrics exactly as Triton writes them, read from the runtime's statistics records.
 
 A collector reads the same `ModelStats` records the statistics API serves at scrape time, so
 the two always agree and the request path pays nothing extra for metrics.
+
+Triton (prometheus-cpp) names a counter family and its samples `nv_inference_count`, while
+prometheus_client's text writer always appends `_total` to counters; Triton dashboards and
+alerts would find nothing. So the families are prometheus_client `Metric`s with samples named
+exactly as Triton names them, written by `exposition` below (the reference it is tested
+against: tests/server/triton_metrics_reference.txt, scraped from a real Triton 2.51).
 """
 
 from __future__ import annotations
@@ -9,9 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+import psutil
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,10 +29,13 @@ from fnserve.runtime import Runtime
 from fnserve.stats import FAILURE_REASONS, LATENCY_BUCKETS_US, ModelStats
 
 _LABELS = ["model", "version"]
+# What Triton sends (prometheus-cpp's text format 0.0.4).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class RuntimeCollector(Collector):
-    """Exports every model version's statistics as `nv_*` metric families."""
+    """Exports every model version's statistics as Triton's `nv_*` metric families (HELP texts
+    included) plus fnserve's own `fnserve_*` ones."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -41,10 +52,16 @@ class RuntimeCollector(Collector):
         for s in stats:
             pending.add_metric([s.name, s.version], s.pending)
         yield pending
+        yield from _host()
         yield _latency_histogram(stats)
 
 
-def _counters(stats: list[ModelStats]) -> Iterator[CounterMetricFamily]:
+def _counter(name: str, documentation: str) -> Metric:
+    """A counter family whose samples carry the family's own name, as in Triton (no `_total`)."""
+    return Metric(name, documentation, "counter")
+
+
+def _counters(stats: list[ModelStats]) -> Iterator[Metric]:
     families = {
         "nv_inference_request_success": (
             "Number of successful inference requests, all batch sizes",
@@ -55,27 +72,30 @@ def _counters(stats: list[ModelStats]) -> Iterator[CounterMetricFamily]:
             lambda s: s.inference_count,
         ),
         "nv_inference_exec_count": (
-            "Number of model executions performed",
+            "Number of model executions performed (does not include cached requests)",
             lambda s: s.execution_count,
         ),
+        # Triton sums successful requests only: its `failing` model reported 0 after failures.
         "nv_inference_request_duration_us": (
-            "Cumulative inference request duration in microseconds",
-            lambda s: (s.success.ns + s.fail.ns) // 1000,
+            "Cumulative inference request duration in microseconds (includes cached requests)",
+            lambda s: s.success.ns // 1000,
         ),
         "nv_inference_queue_duration_us": (
-            "Cumulative inference queuing duration in microseconds",
+            "Cumulative inference queuing duration in microseconds (includes cached requests)",
             lambda s: s.queue.ns // 1000,
         ),
         "nv_inference_compute_input_duration_us": (
-            "Cumulative compute input duration in microseconds",
+            "Cumulative compute input duration in microseconds (does not include cached requests)",
             lambda s: s.compute_input.ns // 1000,
         ),
         "nv_inference_compute_infer_duration_us": (
-            "Cumulative compute inference duration in microseconds",
+            "Cumulative compute inference duration in microseconds (does not include cached "
+            "requests)",
             lambda s: s.compute_infer.ns // 1000,
         ),
         "nv_inference_compute_output_duration_us": (
-            "Cumulative inference compute output duration in microseconds",
+            "Cumulative inference compute output duration in microseconds (does not include "
+            "cached requests)",
             lambda s: s.compute_output.ns // 1000,
         ),
         # fnserve only (Triton has no execution timeout): their requests count as BACKEND.
@@ -85,21 +105,35 @@ def _counters(stats: list[ModelStats]) -> Iterator[CounterMetricFamily]:
         ),
     }
     for name, (doc, value) in families.items():
-        family = CounterMetricFamily(name, doc, labels=_LABELS)
+        family = _counter(name, doc)
         for s in stats:
-            family.add_metric([s.name, s.version], value(s))  # type: ignore[no-untyped-call]
+            family.add_sample(name, {"model": s.name, "version": s.version}, value(s))  # type: ignore[no-untyped-call]
         yield family
 
 
-def _failures(stats: list[ModelStats]) -> CounterMetricFamily:
-    family = CounterMetricFamily(
-        "nv_inference_request_failure",
-        "Number of failed inference requests, all batch sizes",
-        labels=[*_LABELS, "reason"],
-    )
+def _host() -> Iterator[GaugeMetricFamily]:
+    """Triton's CPU families: system-wide utilization since the previous scrape (Triton: since
+    its previous poll) and RAM as total and total minus available, like Triton's /proc reads."""
+    memory = psutil.virtual_memory()
+    for name, doc, value in (
+        ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", psutil.cpu_percent() / 100),
+        ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", memory.total),
+        (
+            "nv_cpu_memory_used_bytes",
+            "CPU used memory (RAM), in bytes",
+            memory.total - memory.available,
+        ),
+    ):
+        yield GaugeMetricFamily(name, doc, value=value)
+
+
+def _failures(stats: list[ModelStats]) -> Metric:
+    name = "nv_inference_request_failure"
+    family = _counter(name, "Number of failed inference requests, all batch sizes")
     for s in stats:
         for reason in FAILURE_REASONS:
-            family.add_metric([s.name, s.version, reason], s.failures[reason])
+            labels = {"model": s.name, "reason": reason, "version": s.version}
+            family.add_sample(name, labels, s.failures[reason])
     return family
 
 
@@ -121,12 +155,42 @@ def _latency_histogram(stats: list[ModelStats]) -> HistogramMetricFamily:
     return family
 
 
+def exposition(registry: CollectorRegistry) -> bytes:
+    """Prometheus text format (0.0.4) with every sample named as its family built it.
+
+    prometheus_client's `generate_latest` renames counters to `<name>_total`; Triton does not.
+    """
+    lines: list[str] = []
+    for metric in registry.collect():
+        lines.append(f"# HELP {metric.name} {_escape_help(metric.documentation)}")
+        lines.append(f"# TYPE {metric.name} {metric.type}")
+        for sample in metric.samples:
+            labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sample.labels.items())
+            labels = f"{{{labels}}}" if labels else ""
+            lines.append(f"{sample.name}{labels} {_number(sample.value)}")
+    lines.append("")
+    return "\n".join(lines).encode()
+
+
+def _number(value: float) -> str:
+    # Triton writes counts as integers ("6", not "6.0"); both parse the same.
+    return str(value) if isinstance(value, int) else floatToGoString(value)  # type: ignore[no-untyped-call]
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
 def metrics_app(runtime: Runtime) -> Starlette:
     """An ASGI app serving `GET /metrics` (Prometheus text format) for this runtime."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RuntimeCollector(runtime))
 
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(exposition(registry), headers={"content-type": CONTENT_TYPE})
 
     return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])

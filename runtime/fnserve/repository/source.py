@@ -1,0 +1,78 @@
+"""The files a server was started from, re-imported when their content changes.
+
+`scan()` imports every Python file under the model paths once and, on later calls (a repository
+`load`), imports again only the files whose bytes changed, so a `load` after an edit serves the
+edited code. A file that fails to import is reported, never fatal here: the caller decides
+(`--strict`, or the repository load of one of its models).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fnserve.repository.discover import (
+    Definition,
+    Discovery,
+    ImportFailure,
+    ModelImportError,
+    definitions_in,
+    import_file,
+    python_files,
+)
+
+
+@dataclass(frozen=True)
+class _Imported:
+    digest: str
+    definitions: tuple[Definition, ...]
+    failure: ImportFailure | None
+
+
+class ModelSource:
+    """Model paths (files and folders) and what each file held when last imported.
+
+    Args:
+        paths: what `fnserve serve` was given.
+    """
+
+    def __init__(self, paths: Iterable[str | Path]) -> None:
+        self.paths = [Path(p) for p in paths]
+        self._files: dict[Path, _Imported] = {}
+
+    def scan(self) -> Discovery:
+        """Every file's definitions, importing new and changed files (blocking: runs user code).
+
+        Raises:
+            RepositoryError: a path no longer exists.
+        """
+        files, ignored = python_files(self.paths)
+        found = Discovery(files=files, ignored=ignored)
+        for file in files:
+            imported = self._import(file)
+            found.definitions += imported.definitions
+            if imported.failure is not None:
+                found.failures.append(imported.failure)
+        return found
+
+    def _import(self, file: Path) -> _Imported:
+        digest = hashlib.sha1(file.read_bytes()).hexdigest()
+        known = self._files.get(file)
+        if known is not None and known.digest == digest:
+            return known
+        try:
+            module = import_file(file, fresh=known is not None)
+            imported = _Imported(digest, tuple(definitions_in(module)), None)
+        except ModelImportError as exc:
+            failure = exc.failure
+            if not failure.models and known is not None:
+                # The syntax names no model (it does not parse): the ones it held before.
+                models = tuple((d.config.name, d.config.version) for d in known.definitions)
+                failure = ImportFailure(failure.file, failure.reason, models)
+            # The previous definitions stay what the file holds: they keep serving.
+            old = known.definitions if known is not None else ()
+            imported = _Imported(digest, old, failure)
+        self._files[file] = imported
+        return imported
