@@ -26,6 +26,9 @@ HTTP, GRPC, METRICS = (
 )
 MODEL = "identity"
 OK = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [0, 1, 2, 3]}]}
+RAISES = {
+    "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [-2, 1, 2, 3]}]
+}
 FAILS = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [-1, 1, 2, 3]}]}
 UNKNOWN_INPUT = {"inputs": [{"name": "NOPE", "datatype": "FP32", "shape": [1, 4], "data": [0] * 4}]}
 
@@ -66,6 +69,8 @@ def traffic(client: grpcclient.InferenceServerClient, x: np.ndarray) -> None:
         show_grpc("success", grpc_infer(client, x))
     show("model error", "POST", f"/v2/models/{MODEL}/infer", FAILS)
     show_grpc("model error", grpc_infer(client, -x - 1))
+    show("model raises", "POST", f"/v2/models/{MODEL}/infer", RAISES)
+    show_grpc("model raises", grpc_infer(client, -x - 2))
     show("unknown input", "POST", f"/v2/models/{MODEL}/infer", UNKNOWN_INPUT)
     show("unknown model", "POST", "/v2/models/nosuch/infer", OK)
 
@@ -88,8 +93,12 @@ def versions(client: grpcclient.InferenceServerClient, x: np.ndarray) -> None:
         show_grpc(f"{tag} metadata", lambda v=version: client.get_model_metadata(MODEL, v))
         show_grpc(f"{tag} config", lambda v=version: client.get_model_config(MODEL, v))
         show_grpc(f"{tag} ready", lambda v=version: client.is_model_ready(MODEL, v))
+    text = http("GET", "/metrics", port=METRICS)[1]
+    series = [line for line in text.splitlines() if line.startswith("nv_inference")]
+    print(f"unloaded metrics: {len(series)} nv_inference* series {series}")
     show("load", "POST", f"/v2/repository/models/{MODEL}/load")
     show("after load", "POST", f"/v2/models/{MODEL}/infer", OK)
+    show("after load, raises", "POST", f"/v2/models/{MODEL}/infer", RAISES)
 
 
 def main() -> None:

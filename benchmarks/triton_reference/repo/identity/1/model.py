@@ -1,4 +1,6 @@
-"""Triton python-backend `identity`: returns INPUT0; a negative first element fails the request."""
+"""Triton python-backend `identity`: returns INPUT0. A first element of -2 raises (the whole
+execution fails: counted as a BACKEND failure); any other negative one fails only its response
+(Triton counts that request as a success)."""
 
 import triton_python_backend_utils as pb_utils
 
@@ -10,6 +12,8 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            if x.size and x.ravel()[0] == -2:
+                raise ValueError("minus two")
             if x.size and x.ravel()[0] < 0:
                 error = pb_utils.TritonError("negative input")
                 responses.append(pb_utils.InferenceResponse(error=error))
