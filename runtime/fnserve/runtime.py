@@ -166,7 +166,9 @@ class Runtime:
             return False
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        model = self._version(name, version, need_ready=False)
+        """Metadata of a ready version: like inference, Triton 2.51 answers an unloaded or
+        loading model's metadata and config with 404 / 503, not with the stale document."""
+        model = self._version(name, version, need_ready=True)
         if version:
             versions = [model.version]
         else:
@@ -174,16 +176,17 @@ class Runtime:
         return model.config.metadata(versions)
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
-        return self._version(name, version, need_ready=False).config
+        """Configuration of a ready version (errors as for `model_metadata`)."""
+        return self._version(name, version, need_ready=True).config
 
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """Triton's statistics document for one model (or every model when `name` is "")."""
         if not name:
             stats = [v.stats.to_json() for n in sorted(self._models) for v in self._sorted(n)]
             return {"model_stats": stats}
-        if name not in self._models:
+        versions = [v for v in self._sorted(name) if v.ready] if name in self._models else []
+        if not versions:  # unknown, or no version loaded: Triton 2.51 answers 400 for both
             raise InvalidInputError(f"requested model '{name}' is not available")
-        versions = self._sorted(name)
         if version:
             versions = [v for v in versions if v.version == version]
             if not versions:

@@ -100,7 +100,7 @@ class TestHealthAndMetadata:
         runtime = server.runtime
         json_format.ParseDict(runtime.server_metadata(), grpc_service_pb2.ServerMetadataResponse())
         json_format.ParseDict(runtime.statistics(), grpc_service_pb2.ModelStatisticsResponse())
-        for entry in runtime.repository_index():
+        for entry in runtime.repository_index(ready=True):  # others: 404 / 503
             config = runtime.model_config(entry.name).to_json()
             json_format.ParseDict(config, model_config_pb2.ModelConfig())
             metadata = runtime.model_metadata(entry.name)
