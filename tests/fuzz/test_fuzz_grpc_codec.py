@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, strategies as st
 
 from fnserve.server.grpc._proto import grpc_service_pb2 as pb
-from fnserve.server.grpc.codec import decode_request, encode_response
+from fnserve.server.grpc.codec import CONTENTS_FIELD, decode_request, encode_response
 from fnserve.tensors import to_raw
 from fnserve.types import InferOutput, InferResponse
 from tests.fuzz.strategies import NUMERIC_DTYPES, arrays, datatypes, only_fnserve_errors, same
@@ -157,28 +157,12 @@ def test_raw_round_trip(case: tuple[list[str], tuple[Any, ...]]) -> None:
         assert same(got.data, array)
 
 
-_TYPED_FIELD = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
-
-
-@given(st.sampled_from(sorted(_TYPED_FIELD)).flatmap(lambda t: st.tuples(st.just(t), arrays(t))))
+@given(st.sampled_from(sorted(CONTENTS_FIELD)).flatmap(lambda t: st.tuples(st.just(t), arrays(t))))
 def test_typed_round_trip(case: tuple[str, Any]) -> None:
     datatype, array = case
     msg = pb.ModelInferRequest(model_name="m")
     tensor = msg.inputs.add(name="X", datatype=datatype, shape=array.shape)
-    getattr(tensor.contents, _TYPED_FIELD[datatype]).extend(array.ravel().tolist())
+    getattr(tensor.contents, CONTENTS_FIELD[datatype]).extend(array.ravel().tolist())
     tensor.contents.SetInParent()
     request = decode_request(msg)
     assert same(request.inputs[0].data, array)

@@ -33,7 +33,7 @@ EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
 
 # Which typed-contents field carries each datatype (FP16 and BF16 have none).
-_CONTENTS_FIELD = {
+CONTENTS_FIELD = {
     "BOOL": "bool_contents",
     "INT8": "int_contents",
     "INT16": "int_contents",
@@ -189,7 +189,7 @@ def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor, budget: int) ->
     name, datatype = tensor.name, tensor.datatype
     if not tensor.HasField("contents"):
         raise InvalidInputError(f"input '{name}': no data, expected contents or raw_input_contents")
-    field = _CONTENTS_FIELD.get(datatype)
+    field = CONTENTS_FIELD.get(datatype)
     if field is None:
         numpy_dtype(datatype)  # raises for an unknown datatype
         raise InvalidInputError(
