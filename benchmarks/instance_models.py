@@ -34,6 +34,11 @@ def _spin(N: np.ndarray) -> np.ndarray:
     return out
 
 
+def _spin_alone(N: np.ndarray) -> np.ndarray:
+    """`_spin` for one request at a time (no batch dimension)."""
+    return _spin(N.reshape(1, 1)).reshape(1)
+
+
 def _echo(INPUT0: np.ndarray) -> dict[str, np.ndarray]:
     return {"OUTPUT0": INPUT0}
 
@@ -48,14 +53,19 @@ _KINDS = {
     "spin": (_spin, [Tensor("N", "INT32", [1])], [Tensor("OUTPUT0", "INT64", [1])]),
 }
 
+# "spin" takes one request per execution (no batching): with dynamic batching, one instance
+# would take every queued request as one long batch and leave the other idle.
+_BATCH_SIZE = {"echo": 64, "mlp": 64, "spin": 0}
+_KINDS["spin"] = (_spin_alone, *_KINDS["spin"][1:])
+
 for _kind, (_fn, _inputs, _outputs) in _KINDS.items():
     for _isolation in ("thread", "process"):
         for _count in (1, 2):
             _name = f"{_kind}_{_isolation}_{_count}"
             globals()[_name] = model(
                 name=_name,
-                max_batch_size=64,
-                dynamic_batching=_BATCHING,
+                max_batch_size=_BATCH_SIZE[_kind],
+                dynamic_batching=_BATCHING if _BATCH_SIZE[_kind] else None,
                 inputs=_inputs,
                 outputs=_outputs,
                 instance_group=[InstanceGroup(count=_count, kind="KIND_CPU", isolation=_isolation)],
