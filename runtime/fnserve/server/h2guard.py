@@ -54,6 +54,7 @@ class FrameGuard:
         "_counts",
         "_block",
         "_head",
+        "_limits",
         "_preface_left",
         "_skip",
         "_window_start",
@@ -63,6 +64,8 @@ class FrameGuard:
 
     def __init__(self, budget: FloodBudget, expect_preface: bool = True) -> None:
         self._budget = budget
+        # per slot of `_counts`, built once: new streams are counted on every request
+        self._limits = (budget.resets, budget.pings, budget.settings, budget.streams)
         self._preface_left = len(PREFACE) if expect_preface else 0
         self._skip = 0  # payload bytes of the current frame still to pass over
         self._head = b""  # a frame header split across reads
@@ -134,7 +137,7 @@ class FrameGuard:
             self._window_start = now
             self._counts = [0, 0, 0, 0]
         self._counts[slot] += 1
-        limit = (budget.resets, budget.pings, budget.settings, budget.streams)[slot]
+        limit = self._limits[slot]
         if self._counts[slot] > limit:
             return f"more than {limit} {what} in {budget.window_s:g} s"
         return None
