@@ -30,7 +30,7 @@ check: $(STAMP)
 
 proto: $(STAMP)
 	$(BIN)/python -m pip install -q --group proto
-	$(BIN)/python -m fnserve.server.grpc.generate
+	$(BIN)/python tools/generate_protos.py
 
 clean:
 	rm -rf $(VENV) $(VENV).lock .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -19,7 +19,7 @@ def test_decorated_function_stays_callable() -> None:
 
     np.testing.assert_array_equal(double(np.ones(3, np.float32)), np.full(3, 2, np.float32))
     assert double.config.name == "double"
-    assert double.config.metadata(["1"])["inputs"][0]["shape"] == [-1, -1]
+    assert double.config.full_shape(double.config.inputs[0]) == [-1, -1]
 
 
 def test_class_is_built_with_its_context() -> None:

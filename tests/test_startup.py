@@ -98,7 +98,7 @@ def test_a_bad_file_fails_only_its_models_and_the_index_says_why(tmp_path: Path)
         where = f"importing '{tmp_path / 'bad.py'}' failed at line 5"
         assert where in bad["reason"]
         assert "dims must be a list of ints" in bad["reason"]
-        assert f"bad_dims v1: UNAVAILABLE ({where}" in server.output()  # the start-up summary
+        assert f"bad_dims v1: FAILED ({where}" in server.output()  # the start-up summary
         refused = httpx.post(f"{server.http}/v2/models/bad_dims/infer", json=body)
         assert refused.status_code == 404
         assert where in refused.json()["error"]

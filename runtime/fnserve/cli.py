@@ -263,7 +263,7 @@ def _summary(runtime: Runtime, ports: BoundPorts) -> None:
     lines = [f"fnserve {__version__} serving {len(runtime.repository_index())} model version(s):"]
     for entry in runtime.repository_index():
         reason = f" ({entry.reason})" if entry.reason else ""
-        lines.append(f"  {entry.name} v{entry.version}: {entry.state}{reason}")
+        lines.append(f"  {entry.name} v{entry.version}: {entry.state.value}{reason}")
     lines += [
         f"  HTTP     http://{ports.host}:{ports.http}  (KServe v2 REST, HTTP/1.1 and h2c)",
         f"  gRPC     {ports.host}:{ports.grpc}  (inference.GRPCInferenceService)",

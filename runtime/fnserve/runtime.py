@@ -21,25 +21,36 @@ from collections.abc import Iterable
 from typing import Any
 
 from fnserve import __version__
-from fnserve.config.model_config import ModelConfig
+from fnserve.backends.base import ModelSpec
+from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.config.server import ModelDefaults
 from fnserve.errors import (
     CancelledError,
     DeadlineExceededError,
-    FnserveError,
     InvalidInputError,
     ModelExecutionError,
     ModelNotFoundError,
-    ModelNotReadyError,
     RepositoryError,
     UnavailableError,
 )
-from fnserve.model import ModelDefinition
 from fnserve.repository.discover import ImportFailure
-from fnserve.repository.lifecycle import ModelVersion
+from fnserve.repository.handle import ModelHandle
+from fnserve.repository.loaded import LoadedModel
+from fnserve.repository.registry import ModelRegistry
 from fnserve.repository.source import ModelSource
 from fnserve.scheduling.request import prepare
-from fnserve.types import IndexEntry, InferOutput, InferRequest, InferResponse
+from fnserve.scheduling.supervisor import Supervisor
+from fnserve.stats import ModelStats
+from fnserve.types import (
+    IndexEntry,
+    InferOutput,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    ModelState,
+    ServerMetadata,
+    TensorMetadata,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +65,19 @@ EXTENSIONS = (
 
 
 class Runtime:
-    """Serves a set of model definitions in this process.
+    """Serves a set of model specs in this process.
+
+    It composes the core: a registry of model handles (each a locked state machine), a
+    supervisor that owns every background task, and the source files models came from.
+    Frontends get typed records (`ServerMetadata`, `ModelMetadata`, `ModelConfig`,
+    `ModelStats`, `IndexEntry`) and render them in their own wire format.
 
     Args:
-        definitions: `@model` definitions; several versions of one name are allowed.
+        definitions: `@model` definitions (any `ModelSpec`); several versions of one name are
+            allowed.
         source: the files they came from; a repository `load` then re-imports changed files
             and serves their new code.
-        failures: files that failed to import: their models are listed UNAVAILABLE with the
+        failures: files that failed to import: their models are listed FAILED with the
             reason (file and line) until a `load` imports them.
 
     Raises:
@@ -69,14 +86,13 @@ class Runtime:
 
     def __init__(
         self,
-        definitions: Iterable[ModelDefinition[Any, Any]] = (),
+        definitions: Iterable[ModelSpec] = (),
         source: ModelSource | None = None,
         failures: Iterable[ImportFailure] = (),
     ) -> None:
-        self._models: dict[str, dict[str, ModelVersion]] = {}
-        self._ordered: dict[str, list[ModelVersion]] = {}  # versions by number, for lookups
+        self.supervisor = Supervisor()
+        self.registry = ModelRegistry(self.supervisor)
         self._source = source
-        self._failed: dict[str, list[IndexEntry]] = {}  # models of files that failed to import
         self._started = False
         self._closing = False
         self._inflight = 0
@@ -84,20 +100,11 @@ class Runtime:
         self._defaults = ModelDefaults()
         for definition in definitions:
             self.add(definition)
-        self._set_failures(failures)
+        self.registry.set_failures(failures)
 
-    def add(self, definition: ModelDefinition[Any, Any]) -> None:
-        """Register a definition (loaded by `start` or `load_model`)."""
-        config = definition.config
-        versions = self._models.setdefault(config.name, {})
-        key = str(config.version)
-        if key in versions:
-            raise RepositoryError(
-                f"model '{config.name}' version {key} is defined twice: at "
-                f"{versions[key].definition.location()} and at {definition.location()}"
-            )
-        versions[key] = ModelVersion(definition)
-        self._ordered[config.name] = [versions[k] for k in sorted(versions, key=int)]
+    def add(self, spec: ModelSpec) -> ModelHandle:
+        """Register a model (loaded by `start` or `load_model`)."""
+        return self.registry.add(spec)
 
     async def start(self, defaults: ModelDefaults | None = None) -> None:
         """Load every registered model; one failing model does not stop the others.
@@ -107,7 +114,7 @@ class Runtime:
                 later loads too.
         """
         self._defaults = defaults or self._defaults
-        for name in list(self._models):
+        for name in self.registry.names():
             try:
                 await self.load_model(name)
             except RepositoryError:
@@ -132,26 +139,25 @@ class Runtime:
     def abort(self, error: UnavailableError) -> None:
         """Fail every queued and running request with `error` (past the shutdown deadline);
         instances stuck in them are abandoned, so nothing is left to wait for."""
-        for versions in self._models.values():
-            for version in versions.values():
-                version.abort(error)
+        for handle in self.registry.handles():
+            handle.abort(error)
 
     async def aclose(self, drain_timeout_s: float | None = None) -> None:
-        """Unload everything, letting queued and running requests finish first.
+        """Unload everything, letting queued and running requests finish first, then stop
+        every background task.
 
         Args:
             drain_timeout_s: how long they may take (default: the server's drain deadline);
                 past it they fail with UnavailableError.
         """
         self._closing = True
-        await asyncio.gather(
-            *(v.unload(drain_timeout_s) for vs in self._models.values() for v in vs.values())
-        )
+        await asyncio.gather(*(h.unload(drain_timeout_s) for h in self.registry.handles()))
+        await self.supervisor.aclose()
 
     # -- health and metadata -------------------------------------------------------------
 
-    def server_metadata(self) -> dict[str, Any]:
-        return {"name": "fnserve", "version": __version__, "extensions": list(EXTENSIONS)}
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata("fnserve", __version__, EXTENSIONS)
 
     def is_live(self) -> bool:
         return True
@@ -161,108 +167,107 @@ class Runtime:
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            return self._version(name, version, need_ready=False).ready
-        except FnserveError:
+            return self.registry.resolve(name, version, need_ready=False).ready
+        except ModelNotFoundError:
             return False
 
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         """Metadata of a ready version: like inference, Triton 2.51 answers an unloaded or
         loading model's metadata and config with 404 / 503, not with the stale document."""
-        model = self._version(name, version, need_ready=True)
-        if version:
-            versions = [model.version]
-        else:
-            versions = [v.version for v in self._sorted(name) if v.ready] or [model.version]
-        return model.config.metadata(versions)
+        loaded = self._loaded(name, version)
+        versions: tuple[str, ...] = (loaded.version,)
+        if not version:
+            versions = tuple(h.version for h in self.registry.versions(name) if h.ready)
+        config = loaded.config
+        return ModelMetadata(
+            config.name,
+            versions,
+            config.backend,
+            tuple(_tensor(config, t) for t in config.inputs),
+            tuple(_tensor(config, t) for t in config.outputs),
+        )
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         """Configuration of a ready version (errors as for `model_metadata`)."""
-        return self._version(name, version, need_ready=True).config
+        return self._loaded(name, version).config
 
-    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        """Triton's statistics document for one model (or every model when `name` is "")."""
+    def statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
+        """Statistics of one model's ready versions (or of every model version when `name`
+        is ""). The records are live: render them before awaiting anything.
+
+        Raises:
+            InvalidInputError: the model, or that version, is unknown or not loaded (Triton
+                2.51 answers 400 for both).
+        """
         if not name:
-            stats = [v.stats.to_json() for n in sorted(self._models) for v in self._sorted(n)]
-            return {"model_stats": stats}
-        versions = [v for v in self._sorted(name) if v.ready] if name in self._models else []
-        if not versions:  # unknown, or no version loaded: Triton 2.51 answers 400 for both
+            return [h.stats for h in self.registry.handles()]
+        handles = [h for h in self.registry.versions(name) if h.ready]
+        if not handles:
             raise InvalidInputError(f"requested model '{name}' is not available")
         if version:
-            versions = [v for v in versions if v.version == version]
-            if not versions:
+            handles = [h for h in handles if h.version == version]
+            if not handles:
                 raise InvalidInputError(
                     f"requested model '{name}' version {version} is not available"
                 )
-        return {"model_stats": [v.stats.to_json() for v in versions]}
+        return [h.stats for h in handles]
 
     def repository_index(self, ready: bool = False) -> list[IndexEntry]:
-        entries = [
-            IndexEntry(name, v.version, v.state, v.reason)
-            for name in sorted(self._models)
-            for v in self._sorted(name)
-        ]
-        entries += [e for name, rows in self._failed.items() if name not in self._models
-                    for e in rows]  # fmt: skip
-        entries.sort(key=lambda e: (e.name, int(e.version)))
-        return [e for e in entries if e.state == "READY"] if ready else entries
+        entries = self.registry.index()
+        return [e for e in entries if e.state is ModelState.READY] if ready else entries
 
-    def version_stats(self) -> list[Any]:
+    def version_stats(self) -> list[ModelStats]:
         """Every version's live statistics record (for the metrics exporter)."""
-        return [v.stats for vs in self._models.values() for v in vs.values()]
+        return [h.stats for h in self.registry.handles()]
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def load_model(self, name: str) -> None:
-        """Load (or reload) every version of `name`.
+        """Load (or reload) every version of `name`; returns once they serve.
 
-        With a source, files changed since they were imported are imported again first; when
-        `name`'s definitions changed, its old versions are unloaded (drained) and the new ones
-        loaded, so the code served after this returns is the code on disk. When its file now
-        fails to import, this fails with the reason and the old versions keep serving.
+        With a source, files changed since they were imported are imported again first; a
+        version whose code changed is rebuilt beside the serving one and swapped in (no
+        request fails), versions no longer defined are unloaded, new ones loaded. When its
+        file now fails to import, this fails with the reason and the old code keeps serving.
+        Loads and unloads of one name run one after the other, in the order asked.
 
         Raises:
             RepositoryError: unknown model, its file fails to import, or a version failed to
                 load.
         """
-        if self._source is not None:
-            await self._refresh(name)
-        if name not in self._models:
-            raise RepositoryError(f"failed to load '{name}', no version is available")
-        errors = []
-        for model in self._sorted(name):
-            try:
-                await model.load(self._defaults)
-            except RepositoryError as exc:
-                errors.append(exc.message)
-        if errors:
-            raise RepositoryError("; ".join(errors))
+        async with self.registry.lock(name):
+            specs = await self._refresh(name) if self._source is not None else None
+            if name not in self.registry:
+                raise RepositoryError(f"failed to load '{name}', no version is available")
+            errors = []
+            for handle in list(self.registry.versions(name)):
+                spec = None if specs is None else specs.get(handle.version)
+                if specs is not None and spec is None:  # no longer defined
+                    await handle.unload()
+                    self.registry.remove(handle)
+                    continue
+                try:
+                    await handle.load(self._defaults, spec)
+                except RepositoryError as exc:
+                    errors.append(exc.message)
+            if errors:
+                raise RepositoryError("; ".join(errors))
 
-    async def _refresh(self, name: str) -> None:
-        """Re-import changed files and swap in `name`'s new definitions, if any."""
+    async def _refresh(self, name: str) -> dict[str, ModelSpec]:
+        """Re-import changed files; `name`'s definitions by version (new ones registered)."""
         assert self._source is not None
         found = await asyncio.to_thread(self._source.scan)  # user code: not on the loop
-        self._set_failures(found.failures)
+        self.registry.set_failures(found.failures)
         broken = [f for f in found.failures if name in (n for n, _ in f.models)]
         if broken:
             raise RepositoryError(f"failed to load '{name}': {broken[0].reason}")
-        new = {str(d.config.version): d for d in found.definitions if d.config.name == name}
-        old = {v.version: v.definition for v in self._sorted(name)}
-        if new.keys() == old.keys() and all(new[k] is old[k] for k in new):
-            return
-        for version in self._sorted(name):
-            await version.unload()
-        self._models.pop(name, None)
-        self._ordered.pop(name, None)
-        for definition in sorted(new.values(), key=lambda d: d.config.version):
-            self.add(definition)
-        log.info("model '%s': re-imported changed source, loading its new code", name)
-
-    def _set_failures(self, failures: Iterable[ImportFailure]) -> None:
-        self._failed = {}
-        for failure in failures:
-            for name, version in failure.models or ((failure.file.name, 1),):
-                row = IndexEntry(name, str(version), "UNAVAILABLE", failure.reason)
-                self._failed.setdefault(name, []).append(row)
+        specs: dict[str, ModelSpec] = {
+            str(d.config.version): d for d in found.definitions if d.config.name == name
+        }
+        known = {h.version for h in self.registry.versions(name)}
+        for version in sorted(specs.keys() - known, key=int):
+            self.registry.add(specs[version])
+        return specs
 
     async def unload_model(
         self, name: str, unload_dependents: bool = False, drain_timeout_s: float | None = None
@@ -273,8 +278,9 @@ class Runtime:
         `--shutdown-timeout`) fail with UnavailableError; a stuck instance is abandoned.
         """
         del unload_dependents  # fnserve has no ensembles yet, so nothing depends on a model
-        for model in self._sorted(name):
-            await model.unload(drain_timeout_s)
+        async with self.registry.lock(name):
+            for handle in self.registry.versions(name):
+                await handle.unload(drain_timeout_s)
 
     # -- inference -----------------------------------------------------------------------
 
@@ -287,13 +293,13 @@ class Runtime:
         """
         if self._closing:
             raise UnavailableError("the server is shutting down")
-        model = self._version(request.model_name, request.model_version, need_ready=True)
+        loaded = self._loaded(request.model_name, request.model_version)
         start_ns = time.perf_counter_ns()
-        stats = model.stats
+        stats = loaded.stats
         self._inflight += 1
         try:
-            entry = prepare(model.config, request)
-            model.submit_nowait(entry)
+            entry = prepare(loaded.config, request)
+            loaded.scheduler.submit_nowait(entry)
             stats.pending += 1
             try:
                 outputs = await entry.future
@@ -307,48 +313,19 @@ class Runtime:
             if not self._inflight and self._idle is not None:
                 self._idle.set()
         stats.record_success(time.perf_counter_ns() - start_ns)
-        return _response(model, request, outputs)
+        return _response(loaded, request, outputs)
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _sorted(self, name: str) -> list[ModelVersion]:
-        return self._ordered.get(name, [])
-
-    def _version(self, name: str, version: str, need_ready: bool) -> ModelVersion:
-        versions = self._models.get(name)
-        if not versions:
-            failed = self._failed.get(name)
-            if failed:  # its file failed to import
-                raise ModelNotFoundError(
-                    f"model '{name}' has no available versions "
-                    f"(version {failed[-1].version} is UNAVAILABLE: {failed[-1].reason})"
-                )
-            raise ModelNotFoundError(f"unknown model '{name}'")
-        if version:
-            model = versions.get(version)
-            if model is None:
-                raise ModelNotFoundError(f"unknown version {version} of model '{name}'")
-        else:  # the highest ready version, else the highest (whose state explains the error)
-            ordered = self._sorted(name)
-            model = next((v for v in reversed(ordered) if v.ready), ordered[-1])
-            if need_ready and not model.ready:
-                # Triton 2.51: 404 / NOT_FOUND "... has no available versions" when no version
-                # is named and none is ready (unloaded, failed, loading); a named version that
-                # is not ready is 503 / UNAVAILABLE (below).
-                raise ModelNotFoundError(
-                    f"model '{name}' has no available versions "
-                    f"(version {model.version} is {model.state}{_because(model)})"
-                )
-        if need_ready and not model.ready:
-            raise ModelNotReadyError(
-                f"model '{name}' version {model.version} is not ready "
-                f"({model.state}{_because(model)})"
-            )
-        return model
+    def _loaded(self, name: str, version: str) -> LoadedModel:
+        """What a READY version serves (errors as `ModelRegistry.resolve`)."""
+        loaded = self.registry.resolve(name, version, need_ready=True).loaded
+        assert loaded is not None  # READY handles always hold one
+        return loaded
 
 
-def _because(model: ModelVersion) -> str:
-    return f": {model.reason}" if model.reason else ""
+def _tensor(config: ModelConfig, tensor: Tensor) -> TensorMetadata:
+    return TensorMetadata(tensor.name, tensor.datatype, tuple(config.full_shape(tensor)))
 
 
 def _failure_reason(exc: BaseException) -> str:
@@ -361,13 +338,13 @@ def _failure_reason(exc: BaseException) -> str:
     return "OTHER"
 
 
-def _response(model: ModelVersion, request: InferRequest, outputs: dict[str, Any]) -> InferResponse:
-    config = model.config
+def _response(loaded: LoadedModel, request: InferRequest, outputs: dict[str, Any]) -> InferResponse:
+    config = loaded.config
     datatypes = config.output_datatypes
     names = datatypes if request.outputs is None else request.outputs
     return InferResponse(
         model_name=config.name,
-        model_version=model.version,
+        model_version=loaded.version,
         id=request.id,
         outputs=tuple(InferOutput(n, datatypes[n], outputs[n]) for n in names),
     )

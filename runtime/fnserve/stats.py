@@ -9,7 +9,6 @@ from __future__ import annotations
 import bisect
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 # Upper bounds (µs) of the latency histogram buckets: 100 µs .. 60 s, roughly x2 apart.
 LATENCY_BUCKETS_US: tuple[float, ...] = (
@@ -29,9 +28,6 @@ class Duration:
     def add(self, ns: int) -> None:
         self.count += 1
         self.ns += ns
-
-    def to_json(self) -> dict[str, int]:
-        return {"count": self.count, "ns": self.ns}
 
 
 @dataclass
@@ -92,34 +88,3 @@ class ModelStats:
         self.compute_input.add(input_ns)
         self.compute_infer.add(infer_ns)
         self.compute_output.add(output_ns)
-
-    def to_json(self) -> dict[str, Any]:
-        """Triton's ModelStatistics JSON form."""
-        return {
-            "name": self.name,
-            "version": self.version,
-            "last_inference": self.last_inference_ms,
-            "inference_count": self.inference_count,
-            "execution_count": self.execution_count,
-            "inference_stats": {
-                "success": self.success.to_json(),
-                "fail": self.fail.to_json(),
-                "queue": self.queue.to_json(),
-                "compute_input": self.compute_input.to_json(),
-                "compute_infer": self.compute_infer.to_json(),
-                "compute_output": self.compute_output.to_json(),
-                "cache_hit": Duration().to_json(),
-                "cache_miss": Duration().to_json(),
-            },
-            "response_stats": {},
-            "batch_stats": [
-                {
-                    "batch_size": size,
-                    "compute_input": b.compute_input.to_json(),
-                    "compute_infer": b.compute_infer.to_json(),
-                    "compute_output": b.compute_output.to_json(),
-                }
-                for size, b in sorted(self.batches.items())
-            ],
-            "memory_usage": [],
-        }

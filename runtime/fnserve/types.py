@@ -6,6 +6,7 @@ Frontends decode their wire format into an `InferRequest` of numpy arrays and en
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
@@ -74,13 +75,50 @@ class InferResponse:
     parameters: Mapping[str, ParamValue] = field(default_factory=dict)
 
 
+class ModelState(enum.Enum):
+    """A model version's lifecycle state (DESIGN.md's, plus FAILED with its reason)."""
+
+    UNLOADED = "UNLOADED"
+    LOADING = "LOADING"
+    WARMING = "WARMING"
+    READY = "READY"
+    DRAINING = "DRAINING"
+    FAILED = "FAILED"
+
+
 class IndexEntry(NamedTuple):
-    """One row of the repository index (Triton's RepositoryIndex)."""
+    """One row of the repository index: a model version, its state and why it is in it."""
 
     name: str
     version: str
-    state: str  # UNKNOWN | READY | UNAVAILABLE | LOADING | UNLOADING
+    state: ModelState
     reason: str
+
+
+class ServerMetadata(NamedTuple):
+    """Who is serving: name, version and the protocol extensions it supports."""
+
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+class TensorMetadata(NamedTuple):
+    """One input or output of a model, with its full shape (batch dimension included)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+class ModelMetadata(NamedTuple):
+    """A model's metadata: the versions that serve and its tensors."""
+
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
 
 
 class ModelCaller(Protocol):

@@ -19,7 +19,7 @@ from fnserve.bench.data import (
     synthetic_sample,
 )
 from fnserve.bench.options import BenchError, BenchOptions, parse_concurrency, parse_shapes
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+from fnserve.protocol import grpc_service_pb2 as pb
 from fnserve.tensors import from_raw
 
 SPEC = InputSpec("INPUT0", "FP32", (4,))

@@ -18,7 +18,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+from fnserve.protocol import grpc_service_pb2 as pb
 
 GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
 GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"

@@ -26,8 +26,8 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
-from fnserve.server.grpc._proto.grpc_service_grpc import GRPCInferenceServiceStub
+from fnserve.protocol import grpc_service_pb2 as pb
+from fnserve.server.grpc.stubs.grpc_service_grpc import GRPCInferenceServiceStub
 from tests.conftest import MODELS
 from tests.serverproc import HealthProbe, ServerProcess
 

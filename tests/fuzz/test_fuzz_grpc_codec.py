@@ -14,7 +14,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from hypothesis import given, strategies as st
 
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+from fnserve.protocol import grpc_service_pb2 as pb
 from fnserve.server.grpc.codec import CONTENTS_FIELD, decode_request, encode_response
 from fnserve.tensors import to_raw
 from fnserve.types import InferOutput, InferResponse

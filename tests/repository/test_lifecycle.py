@@ -12,7 +12,7 @@ from fnserve import InstanceGroup, Tensor, model
 from fnserve.backends.devices import cuda_device_count
 from fnserve.errors import ModelNotFoundError, ModelNotReadyError, RepositoryError, UnavailableError
 from fnserve.runtime import Runtime
-from fnserve.types import InferInput, InferRequest
+from fnserve.types import InferInput, InferRequest, ModelState
 
 IO = {"inputs": [Tensor("X", "FP32", [1])], "outputs": [Tensor("Y", "FP32", [1])]}
 
@@ -37,9 +37,9 @@ async def test_kind_gpu_without_cuda_fails_only_that_model() -> None:
     await runtime.start()
     try:
         index = {e.name: e for e in runtime.repository_index()}
-        assert index["gpu_model"].state == "UNAVAILABLE"
+        assert index["gpu_model"].state is ModelState.FAILED
         assert "no CUDA device is available" in index["gpu_model"].reason
-        assert index["cpu_model"].state == "READY"
+        assert index["cpu_model"].state is ModelState.READY
         with pytest.raises(ModelNotFoundError, match="no available versions.*no CUDA device"):
             await runtime.infer(_request("gpu_model"))
         assert (await runtime.infer(_request("cpu_model"))).outputs[0].data[0] == 1.0
@@ -62,7 +62,7 @@ async def test_unload_finishes_running_requests_then_refuses() -> None:
     unloading = asyncio.create_task(runtime.unload_model("slow"))
     await asyncio.sleep(0.01)
     assert not runtime.model_ready("slow")
-    assert runtime.repository_index()[0].state == "UNLOADING"
+    assert runtime.repository_index()[0].state is ModelState.DRAINING
     with pytest.raises(ModelNotFoundError, match="has no available versions"):
         await runtime.infer(_request("slow"))
     with pytest.raises(ModelNotReadyError, match="version 1 is not ready"):
@@ -70,11 +70,11 @@ async def test_unload_finishes_running_requests_then_refuses() -> None:
     gate.set()
     assert (await running).outputs[0].data[0] == 7.0
     await unloading
-    assert runtime.repository_index()[0].state == "UNAVAILABLE"
+    assert runtime.repository_index()[0].state is ModelState.UNLOADED
     await runtime.load_model("slow")
     assert (await runtime.infer(_request("slow", 2.0))).outputs[0].data[0] == 2.0
-    stats = runtime.statistics("slow")["model_stats"][0]
-    assert stats["inference_count"] == 1  # counters restart after a reload
+    (stats,) = runtime.statistics("slow")
+    assert stats.inference_count == 1  # counters restart after a reload
     await runtime.aclose()
 
 
@@ -120,7 +120,7 @@ async def test_versions_are_served_side_by_side() -> None:
             InferRequest("v", _request("v", 0.0).inputs, model_version="1")
         )
         assert (pinned.model_version, pinned.outputs[0].data[0]) == ("1", 1.0)
-        assert runtime.model_metadata("v")["versions"] == ["1", "2"]
-        assert runtime.model_metadata("v", "1")["versions"] == ["1"]
+        assert runtime.model_metadata("v").versions == ("1", "2")
+        assert runtime.model_metadata("v", "1").versions == ("1",)
     finally:
         await runtime.aclose()

@@ -86,11 +86,11 @@ async def test_concurrent_requests_each_get_their_own_answer(
         responses = await asyncio.gather(*(runtime.infer(request(x)) for x in inputs))
         for x, response in zip(inputs, responses, strict=False):
             np.testing.assert_array_equal(response.outputs[0].data, x)
-        stats = runtime.statistics("m")["model_stats"][0]
-    assert stats["inference_count"] == sum(sizes)
+        stats = runtime.statistics("m")[0]
+    assert stats.inference_count == sum(sizes)
     assert max(recorder.sizes) <= max_batch_size
     if max_batch_size > 1:
-        assert stats["execution_count"] < len(sizes)  # batches really formed
+        assert stats.execution_count < len(sizes)  # batches really formed
 
 
 async def test_async_model_batches_too() -> None:
@@ -130,9 +130,9 @@ async def test_without_dynamic_batching_every_request_runs_alone() -> None:
     recorder = Recorder()
     async with serving(_model(recorder)) as runtime:
         await asyncio.gather(*(runtime.infer(request(rows(i, i))) for i in range(20)))
-        stats = runtime.statistics("m")["model_stats"][0]
-    assert stats["execution_count"] == 20
-    assert stats["inference_count"] == 40
+        stats = runtime.statistics("m")[0]
+    assert stats.execution_count == 20
+    assert stats.inference_count == 40
 
 
 async def test_priority_levels_run_higher_priority_first() -> None:
@@ -165,8 +165,8 @@ async def test_max_queue_size_rejects_at_once() -> None:
             await runtime.infer(request(rows(3)))
         recorder.gate.set()
         await asyncio.gather(running, *queued)
-        stats = runtime.statistics("m")["model_stats"][0]
-    assert stats["inference_stats"]["fail"]["count"] == 1
+        stats = runtime.statistics("m")[0]
+    assert stats.fail.count == 1
 
 
 async def test_timeout_reject_fails_waiting_request() -> None:
@@ -225,9 +225,9 @@ async def test_request_cancelled_before_run_is_dropped() -> None:
         gone.cancel()
         recorder.gate.set()
         await asyncio.gather(running, kept)
-        stats = runtime.statistics("m")["model_stats"][0]
+        stats = runtime.statistics("m")[0]
     assert [int(b[0, 0]) for b in recorder.batches] == [0, 2]
-    assert stats["inference_stats"]["fail"]["count"] == 1
+    assert stats.fail.count == 1
 
 
 async def test_raising_model_fails_only_its_batch() -> None:

@@ -13,7 +13,7 @@ from fnserve import InstanceContext, InstanceGroup, Tensor, model
 from fnserve.config.model_config import ModelConfig
 from fnserve.errors import InstanceBrokenError, ModelConfigError, RepositoryError, UnavailableError
 from fnserve.runtime import Runtime
-from fnserve.types import InferInput, InferRequest
+from fnserve.types import InferInput, InferRequest, ModelState
 
 IO = {"inputs": [Tensor("X", "FP32", [1])], "outputs": [Tensor("Y", "FP32", [1])]}
 
@@ -94,7 +94,7 @@ async def test_unload_of_a_stuck_model_ends_within_its_drain_deadline() -> None:
     start = time.monotonic()
     await runtime.unload_model("stuck", drain_timeout_s=0.5)
     assert time.monotonic() - start < 2.0
-    assert runtime.repository_index()[0].state == "UNAVAILABLE"
+    assert runtime.repository_index()[0].state is ModelState.UNLOADED
     for request in (running, queued):
         with pytest.raises(UnavailableError, match="unloaded before the request finished"):
             await request

@@ -98,11 +98,10 @@ def test_timeout_is_deadline_exceeded_over_grpc(server: RunningServer, name: str
 
 def test_timeouts_are_counted_in_metrics_and_statistics(server: RunningServer) -> None:
     before = _timeouts(server, "sleepy")
-    stats_before = server.runtime.statistics("sleepy")["model_stats"][0]["inference_stats"]
+    fails_before = server.runtime.statistics("sleepy")[0].fail.count
     assert _http_infer(server, "sleepy", -1.0).status_code == 504
     assert _timeouts(server, "sleepy") == before + 1
-    stats = server.runtime.statistics("sleepy")["model_stats"][0]["inference_stats"]
-    assert stats["fail"]["count"] == stats_before["fail"]["count"] + 1
+    assert server.runtime.statistics("sleepy")[0].fail.count == fails_before + 1
     text = httpx.get(server.metrics_url).text
     backend = [
         s.value

@@ -29,7 +29,11 @@ TRITON_ONLY = {
 # Written by Triton only on a GPU or with its response cache on, so absent from the reference
 # (taken on a CPU-only machine, cache off) and from fnserve: nv_gpu_*, nv_energy_consumption,
 # nv_cache_*, nv_inference_*_summary_us (summaries are off by default).
-FNSERVE_ONLY = {"fnserve_inference_request_latency_us", "fnserve_inference_exec_timeout"}
+FNSERVE_ONLY = {
+    "fnserve_inference_request_latency_us",
+    "fnserve_inference_exec_timeout",
+    "fnserve_model_state",
+}
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="')

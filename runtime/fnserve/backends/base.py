@@ -1,13 +1,32 @@
-"""The backend seam: what the scheduler needs from anything that can run a model."""
+"""The backend seam: what the scheduler needs from anything that can run a model, and what the
+repository needs to build one.
+
+A *model spec* says what to serve (its `ModelConfig`, and where it was declared); the backend
+factory chosen from it (`backends.registry.factory_for`) builds one `Backend` per instance.
+Specs today are `@model` definitions; config.pbtxt + model file specs plug in the same way.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from fnserve.config.model_config import ModelConfig
+from fnserve.model import InstanceContext
 from fnserve.types import Array, ParamValue
 
 Outputs = Mapping[str, Array]
+
+
+class ModelSpec(Protocol):
+    """What a model is: its configuration and where it came from."""
+
+    @property
+    def config(self) -> ModelConfig: ...
+
+    def location(self) -> str:
+        """Where it is declared ("FILE:LINE", a directory), for messages."""
+        ...
 
 
 class Backend(Protocol):
@@ -28,3 +47,17 @@ class Backend(Protocol):
     ) -> Any: ...
 
     def unload(self) -> None: ...
+
+
+class BackendFactory(Protocol):
+    """Builds the backend of one instance of one model (blocking: may run user code)."""
+
+    name: str  # the backend's name, as in config.pbtxt's `backend`
+    process_isolation: bool  # whether its instances can run in a worker process
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model it builds instances of."""
+        ...
+
+    def create(self, context: InstanceContext) -> Backend: ...

@@ -47,3 +47,16 @@ class PythonBackend:
         close = None if inspect.isfunction(owner) else getattr(owner, "close", None)
         if callable(close):
             close()
+
+
+class PythonBackendFactory:
+    """Builds `PythonBackend`s for an `@model` definition."""
+
+    name = "python"
+    process_isolation = True  # a worker process can import the definition's file
+
+    def __init__(self, spec: ModelDefinition[Any, Any]) -> None:
+        self.spec = spec
+
+    def create(self, context: InstanceContext) -> PythonBackend:
+        return PythonBackend(self.spec, context)

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from fnserve.bench.data import Tensor
 from fnserve.bench.options import BenchError
 from fnserve.errors import InvalidInputError
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+from fnserve.protocol import grpc_service_pb2 as pb
 from fnserve.tensors import to_json, to_raw
 
 GRPC_INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"

@@ -147,7 +147,7 @@ class GrpcProbe:
             raise BenchError(f"model '{request.name}': {details} ({code.name})") from None
 
     def metadata(self, model: str, version: str) -> dict[str, Any]:
-        from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+        from fnserve.protocol import grpc_service_pb2 as pb
 
         reply = self._call(
             "ModelMetadata",
@@ -160,7 +160,7 @@ class GrpcProbe:
         return {"name": reply.name, "versions": list(reply.versions), "inputs": inputs}
 
     def max_batch_size(self, model: str, version: str) -> int:
-        from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+        from fnserve.protocol import grpc_service_pb2 as pb
 
         reply = self._call(
             "ModelConfig",
@@ -172,7 +172,7 @@ class GrpcProbe:
     def counters(self, model: str, version: str) -> ServerCounters:
         from google.protobuf.json_format import MessageToDict
 
-        from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+        from fnserve.protocol import grpc_service_pb2 as pb
 
         request = pb.ModelStatisticsRequest(name=model, version=version)
         reply = self._call("ModelStatistics", request, pb.ModelStatisticsResponse)

@@ -203,19 +203,6 @@ class ModelConfig:
             return False
         return all(d == s or s == -1 for d, s in zip(dims, tensor.dims, strict=True))
 
-    def metadata(self, versions: Sequence[str]) -> dict[str, Any]:
-        """The KServe v2 model metadata document."""
-        return {
-            "name": self.name,
-            "versions": list(versions),
-            "platform": self.backend,
-            "inputs": [self._tensor_metadata(t) for t in self.inputs],
-            "outputs": [self._tensor_metadata(t) for t in self.outputs],
-        }
-
-    def _tensor_metadata(self, tensor: Tensor) -> dict[str, Any]:
-        return {"name": tensor.name, "datatype": tensor.datatype, "shape": self.full_shape(tensor)}
-
     def to_json(self) -> dict[str, Any]:
         """Triton's JSON form of this config (proto field names, `TYPE_*` datatypes)."""
         doc: dict[str, Any] = {

@@ -1,6 +1,7 @@
 """Find `@model` definitions in Python files and folders given on the command line.
 
-Each file is imported as its own module (`fnserve_user.<stem>_<hash of its path>`). A file that
+Each file is imported as its own module, named after its path and its content
+(`fnserve_user.<stem>_<hash of its path>_<hash of its bytes>`). A file that
 fails to import is reported with its path and the line that failed, plus the models its source
 declares (read from its syntax, so the index can name them even though they never ran).
 """
@@ -97,36 +98,56 @@ def definitions_in(module: ModuleType) -> list[Definition]:
     return list(found.values())
 
 
-def module_name(file: Path) -> str:
-    """A stable, unique module name per file, so two folders may both hold `models.py`."""
-    digest = hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:8]
-    return f"fnserve_user.{file.stem}_{digest}"
+def module_name(file: Path, source: bytes) -> str:
+    """A module name unique to this file *and* this content.
+
+    Two folders may both hold `models.py`, and an edited file imports under a new name: a
+    changed file can never come back as the module cached for its old content.
+    """
+    where = hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:8]
+    what = hashlib.sha1(source).hexdigest()[:8]
+    return f"fnserve_user.{file.stem}_{where}_{what}"
 
 
-def import_file(file: Path, fresh: bool = False) -> ModuleType:
-    """Import `file` (again, replacing the cached module, when `fresh`).
+_current: dict[Path, str] = {}  # each file's module in sys.modules (the last good import)
+
+
+def import_file(file: Path, source: bytes | None = None) -> ModuleType:
+    """Import `file` (whose bytes are `source`, when the caller read them already); the same
+    content gives the same module, a changed one a new module.
+
+    The module of the file's previous content leaves `sys.modules` once the new one imported
+    (objects still using it, such as a model draining, keep it alive until they are done).
 
     Raises:
         ModelImportError: the file raised while importing (a syntax error, a declaration mistake).
     """
-    name = module_name(file)
-    if name in sys.modules and not fresh:
+    if source is None:
+        try:
+            source = file.read_bytes()
+        except OSError as exc:
+            raise RepositoryError(f"cannot read '{file}': {exc}") from exc
+    name = module_name(file, source)
+    if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
+    if spec is None:
         raise RepositoryError(f"cannot import '{file}'")
     module = importlib.util.module_from_spec(spec)
-    previous = sys.modules.get(name)
     sys.modules[name] = module  # during execution, as a normal import (dataclasses need it)
     try:
-        spec.loader.exec_module(module)
+        # Compiled from the bytes that named the module, not read again (the file may have
+        # changed since).
+        exec(compile(source, str(file), "exec"), module.__dict__)
     except Exception as exc:
-        if previous is None:
-            del sys.modules[name]
-        else:
-            sys.modules[name] = previous
+        del sys.modules[name]
         reason = f"importing '{file}' failed{_where(file, exc)}: {type(exc).__name__}: {exc}"
         raise ModelImportError(ImportFailure(file, reason, declared_models(file))) from exc
+    key = file.resolve()
+    previous = _current.get(key)
+    _current[key] = name
+    if previous is not None and previous != name:
+        sys.modules.pop(previous, None)
     return module
 
 

@@ -58,12 +58,13 @@ class ModelSource:
         return found
 
     def _import(self, file: Path) -> _Imported:
-        digest = hashlib.sha1(file.read_bytes()).hexdigest()
+        source = file.read_bytes()
+        digest = hashlib.sha1(source).hexdigest()
         known = self._files.get(file)
         if known is not None and known.digest == digest:
             return known
         try:
-            module = import_file(file, fresh=known is not None)
+            module = import_file(file, source)
             imported = _Imported(digest, tuple(definitions_in(module)), None)
         except ModelImportError as exc:
             failure = exc.failure

@@ -1,24 +1,23 @@
 """Dynamic batching: a pure policy that picks the next batch, and the async loop that drives it.
 
 The policy (`BatchPolicy.next_batch`) sees the queue and the clock and answers "run these now"
-or "wait until t"; it never sleeps, so it is tested without timers. `Batcher` is the thin loop
-around it: it waits for a free instance, asks the policy, and hands batches to the pool.
+or "wait until t"; it never sleeps, so it is tested without timers. `DynamicBatcher` is the
+thin loop around it (a `Scheduler`): it waits for a free instance, asks the policy, and hands
+batches to the pool.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from fnserve.config.model_config import ModelConfig
 from fnserve.scheduling.pool import InstancePool
-from fnserve.scheduling.queue import RequestQueue
 from fnserve.scheduling.request import PendingRequest
+from fnserve.scheduling.scheduler import QueueScheduler
 
-log = logging.getLogger(__name__)
 _FAR_FUTURE_NS = 1 << 62
 
 
@@ -74,36 +73,17 @@ class BatchPolicy:
         return Decision([], deadline)
 
 
-class Batcher:
-    """The loop that feeds one model's instances from its queue."""
+class DynamicBatcher(QueueScheduler):
+    """The loop that feeds one model's instances with batches from its queue."""
 
     def __init__(self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> None:
+        super().__init__(config, pool, max_queue_size)
         self._policy = BatchPolicy(config)
-        self._pool = pool
-        self._wakeup = asyncio.Event()
-        self.queue = RequestQueue(
-            config.name, config.dynamic_batching, self._wakeup.set, max_queue_size
-        )
-        self._task: asyncio.Task[None] | None = None
-        self._flushing = False
 
-    def flush(self) -> None:
-        """From now on dispatch without waiting for batches to fill (used while unloading)."""
-        self._flushing = True
-        self._wakeup.set()
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="batcher")
-
-    def submit_nowait(self, entry: PendingRequest) -> None:
-        """Queue a request; raises QueueFullError when the queue policy says so."""
-        self.queue.put_nowait(entry)
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
         while True:
             if not len(self.queue):
-                self._wakeup.clear()
-                await self._wakeup.wait()
+                await self._until_queued()
                 continue
             instance = await self._pool.acquire()
             # One turn of the event loop first: requests whose bytes already arrived get
@@ -130,13 +110,3 @@ class Batcher:
             await asyncio.wait_for(self._wakeup.wait(), timeout_s)
         except TimeoutError:
             pass
-
-    async def aclose(self) -> None:
-        """Stop the loop; queued requests are left to the caller (see RequestQueue.fail_all)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None

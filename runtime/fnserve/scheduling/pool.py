@@ -26,6 +26,7 @@ from fnserve.errors import (
 )
 from fnserve.scheduling.request import PendingRequest
 from fnserve.scheduling.runner import BatchRunner, ExecutionTimes
+from fnserve.scheduling.supervisor import OnCrash, Supervisor
 from fnserve.scheduling.threads import DaemonWorker, run_in_daemon_thread
 from fnserve.stats import ModelStats
 from fnserve.types import Array
@@ -93,6 +94,8 @@ class InstancePool:
         preserve_ordering: deliver results in dispatch order even when batches finish out of it.
         factory: builds a replacement instance for an index (blocking; run on a daemon thread).
         execution_timeout_s: longest one batch may run (None or 0: no limit).
+        supervisor: starts the pool's tasks (batches, rebuilds); a private one when None.
+        on_crash: called if one of those tasks dies of a bug (the model then fails).
     """
 
     def __init__(
@@ -103,12 +106,16 @@ class InstancePool:
         preserve_ordering: bool,
         factory: InstanceFactory,
         execution_timeout_s: float | None = None,
+        supervisor: Supervisor | None = None,
+        on_crash: OnCrash | None = None,
     ) -> None:
         self.name = name
         self.instances = instances
         self.stats = stats
         self._factory = factory
         self._timeout_s = execution_timeout_s or None
+        self._tasks = supervisor or Supervisor()
+        self._on_crash = on_crash
         self._idle: asyncio.Queue[Instance] = asyncio.Queue()
         for instance in instances:
             self._idle.put_nowait(instance)
@@ -135,7 +142,7 @@ class InstancePool:
         """Run `batch` on `instance` in the background; the instance returns when it is done."""
         seq = self._dispatched
         self._dispatched += 1
-        task = asyncio.get_running_loop().create_task(self._execute(instance, batch, seq))
+        task = self._tasks.spawn(self._execute(instance, batch, seq), self.name, self._on_crash)
         self._running[task] = (instance, batch)
         task.add_done_callback(self._forget)
 
@@ -203,7 +210,9 @@ class InstancePool:
         instance.abandon()
         if instance in self.instances:
             self.instances.remove(instance)
-        task = asyncio.get_running_loop().create_task(self._replace(instance.index))
+        task = self._tasks.spawn(
+            self._replace(instance.index), f"{self.name}-rebuild-{instance.index}", self._on_crash
+        )
         self._rebuilds.add(task)
         task.add_done_callback(self._rebuilds.discard)
 
@@ -263,8 +272,8 @@ class InstancePool:
         is rebuilt afterwards; `close` releases the healthy ones.
         """
         self._closed = True
-        for task in self._rebuilds:
-            task.cancel()
+        for task in list(self._rebuilds):
+            self._tasks.stop(task)
         for seq in sorted(self._finished):
             _deliver(*self._finished.pop(seq))
         running, self._running = self._running, {}  # answered now: no longer busy
@@ -273,7 +282,7 @@ class InstancePool:
             instance.abandon()
             if instance in self.instances:
                 self.instances.remove(instance)
-            task.cancel()
+            self._tasks.stop(task)
 
     def close(self) -> None:
         """Release every instance in rotation (blocking: call it off the event loop)."""

@@ -114,6 +114,19 @@ class RequestQueue:
                 self._size -= 1
             yield from (e for e in queue if e.alive)
 
+    def pop_next(self) -> PendingRequest | None:
+        """Take the first live request (highest priority, then oldest), or None."""
+        for queue in (*self._levels, self._delayed):
+            while queue:
+                entry = queue.popleft()
+                self._size -= 1
+                if entry.timer is not None:
+                    entry.timer.cancel()
+                    entry.timer = None
+                if entry.alive:
+                    return entry
+        return None
+
     def remove(self, entries: list[PendingRequest]) -> None:
         """Take `entries` (as chosen by the batch policy) out of the queue."""
         chosen = set(map(id, entries))

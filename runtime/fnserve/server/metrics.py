@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from fnserve.runtime import Runtime
 from fnserve.stats import FAILURE_REASONS, LATENCY_BUCKETS_US, ModelStats
+from fnserve.types import IndexEntry, ModelState
 
 _LABELS = ["model", "version"]
 # What Triton sends (prometheus-cpp's text format 0.0.4).
@@ -54,6 +55,21 @@ class RuntimeCollector(Collector):
         yield pending
         yield from _host()
         yield _latency_histogram(stats)
+        yield _states(self._runtime.repository_index())
+
+
+def _states(entries: list[IndexEntry]) -> GaugeMetricFamily:
+    """fnserve only: each model version's lifecycle state, one series per state (1 for the
+    current one), so a dashboard can alert on FAILED models."""
+    family = GaugeMetricFamily(
+        "fnserve_model_state",
+        "Lifecycle state of each model version (1 for its current state, else 0)",
+        labels=[*_LABELS, "state"],
+    )
+    for entry in entries:
+        for state in ModelState:
+            family.add_metric([entry.name, entry.version, state.value], int(entry.state is state))
+    return family
 
 
 def _counter(name: str, documentation: str) -> Metric:

@@ -9,7 +9,7 @@ import pytest
 from tritonclient.grpc import InferResult, service_pb2
 
 from fnserve.errors import InvalidInputError
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+from fnserve.protocol import grpc_service_pb2 as pb
 from fnserve.server.grpc.codec import (
     check_version,
     decode_parameters,

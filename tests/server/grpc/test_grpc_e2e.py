@@ -14,7 +14,9 @@ import tritonclient.grpc.aio as aioclient
 from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
-from fnserve.server.grpc._proto import grpc_service_pb2, health_pb2, model_config_pb2
+from fnserve.protocol import health_pb2
+from fnserve.server.grpc import messages
+from fnserve.server.http import documents
 from tests.conftest import RunningServer
 
 pytestmark = pytest.mark.e2e
@@ -93,18 +95,27 @@ class TestHealthAndMetadata:
         assert doc["instance_group"][0]["count"] == expected["instance_group"][0]["count"]
         assert doc["instance_group"][0]["kind"] == "KIND_CPU"
 
-    def test_runtime_documents_map_onto_the_protos_without_loss(
-        self, server: RunningServer
-    ) -> None:
-        # The service parses leniently; parsing strictly here catches any key that drifts.
+    def test_http_documents_and_grpc_messages_agree(self, server: RunningServer) -> None:
+        # Both frontends render the core's records; parsing HTTP's JSON strictly into the
+        # proto must give exactly gRPC's message (no key drifts, nothing lost either way).
         runtime = server.runtime
-        json_format.ParseDict(runtime.server_metadata(), grpc_service_pb2.ServerMetadataResponse())
-        json_format.ParseDict(runtime.statistics(), grpc_service_pb2.ModelStatisticsResponse())
+        pairs: list[tuple[dict[str, Any], Any]] = [
+            (
+                documents.server_metadata(runtime.server_metadata()),
+                messages.server_metadata(runtime.server_metadata()),
+            ),
+            (
+                documents.statistics(runtime.statistics()),
+                messages.statistics(runtime.statistics()),
+            ),
+        ]
         for entry in runtime.repository_index(ready=True):  # others: 404 / 503
-            config = runtime.model_config(entry.name).to_json()
-            json_format.ParseDict(config, model_config_pb2.ModelConfig())
             metadata = runtime.model_metadata(entry.name)
-            json_format.ParseDict(metadata, grpc_service_pb2.ModelMetadataResponse())
+            pairs.append((documents.model_metadata(metadata), messages.model_metadata(metadata)))
+            config = runtime.model_config(entry.name)
+            pairs.append((config.to_json(), messages.model_config(config).config))
+        for doc, message in pairs:
+            assert json_format.ParseDict(doc, type(message)()) == message
 
     @pytest.mark.parametrize("call", ["get_model_metadata", "get_model_config"])
     def test_unknown_model_is_not_found(

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 from tritonclient.grpc import model_config_pb2 as triton_config, service_pb2 as triton_service
 
-from fnserve.server.grpc._proto import grpc_service_pb2, model_config_pb2
+from fnserve.protocol import grpc_service_pb2, model_config_pb2
 from fnserve.server.grpc.service import grpc_services
 
 

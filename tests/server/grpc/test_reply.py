@@ -12,11 +12,11 @@ from grpclib.client import Channel
 from grpclib.events import SendMessage, listen
 from grpclib.server import Server
 
+from fnserve.protocol import grpc_service_pb2 as pb
 from fnserve.repository.discover import discover
 from fnserve.runtime import Runtime
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
-from fnserve.server.grpc._proto.grpc_service_grpc import GRPCInferenceServiceStub
 from fnserve.server.grpc.service import grpc_services
+from fnserve.server.grpc.stubs.grpc_service_grpc import GRPCInferenceServiceStub
 from tests.conftest import MODELS
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from fnserve.errors import InvalidInputError
 from fnserve.limits import DEFAULT_LIMITS, InputLimits, check_model, check_name, format_shape, quote
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+from fnserve.protocol import grpc_service_pb2 as pb
 from fnserve.tensors import (
     check_bytes_count,
     check_dims,

@@ -12,22 +12,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from google.protobuf import json_format
-from google.protobuf.message import Message
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from fnserve.config.server import ServerConfig
 from fnserve.errors import InvalidInputError, UnsupportedError
 from fnserve.limits import DEFAULT_LIMITS, InputLimits, check_model, quote
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb, health_pb2
-from fnserve.server.grpc._proto.grpc_service_grpc import GRPCInferenceServiceBase
-from fnserve.server.grpc._proto.health_grpc import HealthBase
+from fnserve.protocol import grpc_service_pb2 as pb, health_pb2
+from fnserve.server.grpc import messages
 from fnserve.server.grpc.codec import check_target, decode_request, encode_response
 from fnserve.server.grpc.errors import to_grpc_error
 from fnserve.server.grpc.receive import receive
 from fnserve.server.grpc.reply import check_reply_size, send_unary
 from fnserve.server.grpc.stream import StreamLimits, serve_stream
+from fnserve.server.grpc.stubs.grpc_service_grpc import GRPCInferenceServiceBase
+from fnserve.server.grpc.stubs.health_grpc import HealthBase
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
-_Message = TypeVar("_Message", bound=Message)
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 # Load parameters that would replace the model's files; fnserve loads from its definitions only.
@@ -118,7 +116,7 @@ class InferenceService(GRPCInferenceServiceBase):
         await _answer(stream, self._server_metadata, self._max_bytes)
 
     async def _server_metadata(self, _: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
-        return _parse(self._runtime.server_metadata(), pb.ServerMetadataResponse())
+        return messages.server_metadata(self._runtime.server_metadata())
 
     async def ModelMetadata(
         self, stream: Stream[pb.ModelMetadataRequest, pb.ModelMetadataResponse]
@@ -126,8 +124,9 @@ class InferenceService(GRPCInferenceServiceBase):
         await _answer(stream, self._model_metadata, self._max_bytes)
 
     async def _model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
-        doc = self._runtime.model_metadata(request.name, self._version(request))
-        return _parse(doc, pb.ModelMetadataResponse())
+        return messages.model_metadata(
+            self._runtime.model_metadata(request.name, self._version(request))
+        )
 
     async def ModelConfig(
         self, stream: Stream[pb.ModelConfigRequest, pb.ModelConfigResponse]
@@ -135,11 +134,9 @@ class InferenceService(GRPCInferenceServiceBase):
         await _answer(stream, self._model_config, self._max_bytes)
 
     async def _model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        config = self._runtime.model_config(request.name, self._version(request))
-        reply = pb.ModelConfigResponse()
-        # The JSON form is the one source of truth; HTTP serves the same document.
-        _parse(config.to_json(), reply.config)
-        return reply
+        return messages.model_config(
+            self._runtime.model_config(request.name, self._version(request))
+        )
 
     async def ModelStatistics(
         self, stream: Stream[pb.ModelStatisticsRequest, pb.ModelStatisticsResponse]
@@ -149,8 +146,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def _model_statistics(
         self, request: pb.ModelStatisticsRequest
     ) -> pb.ModelStatisticsResponse:
-        doc = self._runtime.statistics(request.name, self._version(request))
-        return _parse(doc, pb.ModelStatisticsResponse())
+        return messages.statistics(self._runtime.statistics(request.name, self._version(request)))
 
     # -- inference -----------------------------------------------------------------------
 
@@ -183,9 +179,7 @@ class InferenceService(GRPCInferenceServiceBase):
     async def _repository_index(
         self, request: pb.RepositoryIndexRequest
     ) -> pb.RepositoryIndexResponse:
-        index = pb.RepositoryIndexResponse.ModelIndex
-        entries = self._runtime.repository_index(ready=request.ready)
-        return pb.RepositoryIndexResponse(models=[index(**e._asdict()) for e in entries])
+        return messages.repository_index(self._runtime.repository_index(ready=request.ready))
 
     async def RepositoryModelLoad(
         self, stream: Stream[pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse]
@@ -243,13 +237,6 @@ class InferenceService(GRPCInferenceServiceBase):
 
     async def LogSettings(self, stream: Stream[Any, Any]) -> None:
         raise _unimplemented("LogSettings")
-
-
-def _parse(doc: dict[str, Any], message: _Message) -> _Message:
-    # Unknown keys are skipped so that a richer JSON document never breaks the gRPC answer
-    # (tests parse the same documents strictly, to catch drift).
-    json_format.ParseDict(doc, message, ignore_unknown_fields=True)
-    return message
 
 
 class HealthService(HealthBase):

@@ -18,7 +18,7 @@ from grpclib.exceptions import GRPCError
 
 from fnserve.errors import ModelExecutionError
 from fnserve.limits import InputLimits
-from fnserve.server.grpc._proto import grpc_service_pb2 as pb
+from fnserve.protocol import grpc_service_pb2 as pb
 from fnserve.server.grpc.codec import (
     FINAL_RESPONSE,
     decode_request,

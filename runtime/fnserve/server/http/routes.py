@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from fnserve.config.server import ServerConfig
 from fnserve.errors import InvalidInputError, UnsupportedError
 from fnserve.limits import check_model, quote
+from fnserve.server.http import documents
 from fnserve.server.http.body import ClientDisconnectedError, read_body
 from fnserve.server.http.codec import dumps, parse_json
 from fnserve.server.http.errors import error_body, error_response
@@ -86,7 +87,7 @@ class _Endpoints:
         return Response(status_code=200 if self.runtime.is_ready() else 400)
 
     async def server_metadata(self, request: Request) -> Response:
-        return json_response(self.runtime.server_metadata())
+        return json_response(documents.server_metadata(self.runtime.server_metadata()))
 
     async def model_ready(self, request: Request) -> Response:
         if self.runtime.model_ready(request.path_params["model_name"], self._version(request)):
@@ -95,7 +96,8 @@ class _Endpoints:
 
     async def model_metadata(self, request: Request) -> Response:
         name = request.path_params["model_name"]
-        return json_response(self.runtime.model_metadata(name, self._version(request)))
+        metadata = self.runtime.model_metadata(name, self._version(request))
+        return json_response(documents.model_metadata(metadata))
 
     async def model_config(self, request: Request) -> Response:
         config = self.runtime.model_config(
@@ -105,7 +107,9 @@ class _Endpoints:
 
     async def statistics(self, request: Request) -> Response:
         name = request.path_params.get("model_name", "")
-        return json_response(self.runtime.statistics(name, self._version(request)))
+        return json_response(
+            documents.statistics(self.runtime.statistics(name, self._version(request)))
+        )
 
     async def repository_index(self, request: Request) -> Response:
         _no_repository_name(request)
@@ -113,7 +117,7 @@ class _Endpoints:
         if type(ready) is not bool:
             raise InvalidInputError(f"'ready' must be true or false, got {quote(ready)}")
         entries = self.runtime.repository_index(ready)
-        return json_response([_index_json(entry) for entry in entries])
+        return json_response([documents.index_entry(entry) for entry in entries])
 
     async def load(self, request: Request) -> Response:
         _no_repository_name(request)
@@ -163,13 +167,6 @@ def _content_length(request: Request) -> int | None:
 def _no_repository_name(request: Request) -> None:
     if "repository" in request.path_params:
         raise UnsupportedError("'repository_name' specification is not supported")
-
-
-def _index_json(entry: Any) -> dict[str, str]:
-    doc = {"name": entry.name, "version": entry.version, "state": entry.state}
-    if entry.reason:
-        doc["reason"] = entry.reason
-    return doc
 
 
 def _unsupported(feature: str) -> Endpoint:

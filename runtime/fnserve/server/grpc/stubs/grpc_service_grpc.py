@@ -9,8 +9,8 @@ import grpclib.client
 if typing.TYPE_CHECKING:
     import grpclib.server
 
-from . import model_config_pb2
-from . import grpc_service_pb2
+from fnserve.protocol import model_config_pb2
+from fnserve.protocol import grpc_service_pb2
 
 
 class GRPCInferenceServiceBase(abc.ABC):

@@ -9,7 +9,7 @@ import grpclib.client
 if typing.TYPE_CHECKING:
     import grpclib.server
 
-from . import health_pb2
+from fnserve.protocol import health_pb2
 
 
 class HealthBase(abc.ABC):

@@ -1,0 +1,196 @@
+"""A model handle: one model version's state machine, and the loaded model it currently serves.
+
+```
+UNLOADED -> LOADING -> (WARMING) -> READY -> DRAINING -> UNLOADED
+                |                     |
+                +-----> FAILED <------+  (load error; a supervised task died)
+```
+Transitions run one at a time under the handle's lock, in the order they were asked for, so a
+load that arrives during an unload waits for it and then loads (the final state is always the
+last one asked for), and a second load waits for the first and finds the model READY. A
+*reload* (new code for a READY version) builds the new `LoadedModel` beside the serving one,
+swaps them atomically and drains the old one: requests never see a gap. Every loaded model is
+released exactly once, whichever path retires it. Each transition is logged.
+
+WARMING belongs to warmup requests, which no declaration can ask for yet (the pipelines issue
+adds `model_warmup`); until then LOADING goes straight to READY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fnserve.backends.base import ModelSpec
+from fnserve.config.server import ModelDefaults
+from fnserve.errors import RepositoryError, UnavailableError
+from fnserve.repository.loaded import LoadedModel, build_model
+from fnserve.scheduling.supervisor import Supervisor
+from fnserve.stats import ModelStats
+from fnserve.types import ModelState
+
+log = logging.getLogger(__name__)
+
+
+class ModelHandle:
+    """One name/version: its spec, its state (with the reason) and what it serves.
+
+    Args:
+        spec: the model's definition.
+        supervisor: runs the background tasks of whatever this handle loads.
+    """
+
+    def __init__(self, spec: ModelSpec, supervisor: Supervisor) -> None:
+        self.spec = spec
+        self.name = spec.config.name
+        self.version = str(spec.config.version)
+        self.state = ModelState.UNLOADED
+        self.reason = "unloaded"
+        self.loaded: LoadedModel | None = None  # set exactly when READY (or DRAINING)
+        self._stats = ModelStats(self.name, self.version)  # the last loaded model's, once gone
+        self._supervisor = supervisor
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<ModelHandle {self.name!r} v{self.version} {self.state.value}>"
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY
+
+    @property
+    def stats(self) -> ModelStats:
+        """The statistics of what this handle serves (or served last)."""
+        return self.loaded.stats if self.loaded is not None else self._stats
+
+    def _enter(self, state: ModelState, reason: str = "") -> None:
+        if state is not self.state or reason != self.reason:
+            log_at = logging.WARNING if state is ModelState.FAILED else logging.INFO
+            log.log(
+                log_at,
+                "model '%s' version %s: %s -> %s%s",
+                self.name,
+                self.version,
+                self.state.value,
+                state.value,
+                f" ({reason})" if reason else "",
+            )
+        self.state, self.reason = state, reason
+
+    # -- transitions ---------------------------------------------------------------------
+
+    async def load(self, defaults: ModelDefaults, spec: ModelSpec | None = None) -> None:
+        """Serve `spec` (default: the current one). Nothing to do when it is already served.
+
+        A new spec for a READY version is a reload: built and warmed beside the serving one,
+        then swapped in; if it fails to build, the old one keeps serving.
+
+        Raises:
+            RepositoryError: the model (or its new spec) failed to load; the reason is kept.
+        """
+        async with self._lock:
+            if spec is not None and spec is not self.spec:
+                if self.loaded is not None:
+                    await self._reload(defaults, spec)
+                    return
+                self.spec = spec
+            if self.state is ModelState.READY:
+                return
+            self._enter(ModelState.LOADING)
+            try:
+                loaded = await build_model(self.spec, defaults, self._supervisor, self._crashed)
+            except asyncio.CancelledError:
+                self._enter(ModelState.UNLOADED, "the load was cancelled")
+                raise
+            except Exception as exc:
+                self._enter(ModelState.FAILED, _load_reason(exc))
+                raise _load_error(self, exc) from exc
+            loaded.start()
+            self.loaded = loaded
+            self._enter(ModelState.READY)
+
+    async def _reload(self, defaults: ModelDefaults, spec: ModelSpec) -> None:
+        old = self.loaded
+        assert old is not None
+        try:
+            new = await build_model(spec, defaults, self._supervisor, self._crashed)
+        except Exception as exc:
+            log.error(
+                "model '%s' version %s: the new code failed to load, the old keeps serving: %s",
+                self.name,
+                self.version,
+                _load_reason(exc),
+            )
+            raise _load_error(self, exc) from exc
+        new.start()
+        self.spec, self.loaded = spec, new  # the swap: new requests go to `new` from here on
+        log.info(
+            "model '%s' version %s: new code serving, draining the old", self.name, self.version
+        )
+        await self._retire(old, defaults.drain_timeout_s, "was reloaded")
+
+    async def unload(self, drain_timeout_s: float | None = None) -> None:
+        """Stop taking requests, let queued and running ones finish, release the instances.
+
+        Requests still queued or running after `drain_timeout_s` (default: the server's drain
+        deadline) fail with UnavailableError; instances stuck in them are abandoned.
+        """
+        async with self._lock:
+            loaded = self.loaded
+            if loaded is None:
+                if self.state is not ModelState.UNLOADED:
+                    self._enter(ModelState.UNLOADED, "unloaded")
+                return
+            self._enter(ModelState.DRAINING)
+            if drain_timeout_s is None:
+                drain_timeout_s = loaded.defaults.drain_timeout_s
+            await self._retire(loaded, drain_timeout_s, "was unloaded")
+            if self.loaded is loaded:
+                self.loaded = None
+            self._stats = loaded.stats
+            self._enter(ModelState.UNLOADED, "unloaded")
+
+    async def _retire(self, loaded: LoadedModel, drain_timeout_s: float, why: str) -> None:
+        if not await loaded.drain(drain_timeout_s):
+            loaded.abort(
+                UnavailableError(
+                    f"model '{self.name}' version {self.version} {why} before the request finished"
+                )
+            )
+        await loaded.release(drain_timeout_s)
+
+    def abort(self, error: UnavailableError) -> None:
+        """Fail every queued and running request with `error` now (past a drain deadline)."""
+        if self.loaded is not None:
+            self.loaded.abort(error)
+
+    def _crashed(self, loaded: LoadedModel, error: BaseException) -> None:
+        """A background task of `loaded` died: fail the model and everything it holds, now."""
+        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        failure = UnavailableError(
+            f"model '{self.name}' version {self.version} failed: a background task died ({reason})"
+        )
+        loaded.abort(failure)
+        if loaded is not self.loaded:
+            return  # an old model being drained: it just ends sooner
+        self.loaded = None
+        self._stats = loaded.stats
+        self._enter(ModelState.FAILED, f"a background task died ({reason}); load it again")
+        # Release its instances under the lock (a load asked for meanwhile waits for it).
+        self._supervisor.spawn(self._release_failed(loaded), f"{self.name}-release")
+
+    async def _release_failed(self, loaded: LoadedModel) -> None:
+        async with self._lock:
+            await loaded.release(loaded.defaults.drain_timeout_s)
+
+
+def _load_reason(exc: BaseException) -> str:
+    if isinstance(exc, RepositoryError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _load_error(handle: ModelHandle, exc: BaseException) -> RepositoryError:
+    return RepositoryError(
+        f"failed to load '{handle.name}' version {handle.version}: {_load_reason(exc)}"
+    )

@@ -1,0 +1,253 @@
+"""One built model version: its instances, scheduler and statistics, immutable once built.
+
+`build_model` places the instances (CPU, or the GPUs of a KIND_GPU group), has the backend
+factory chosen from the spec build one backend per instance off the event loop, and wires the
+instance pool and the scheduler the config asks for. A `LoadedModel` never changes after that:
+a reload builds a second one beside it and the model handle swaps them (`handle.py`).
+
+Its background work (the scheduler loop, batch executions, instance rebuilds) runs under the
+runtime's supervisor; when one of those tasks dies, `on_crash(loaded, error)` tells the handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import Callable
+
+from fnserve.backends.base import BackendFactory, ModelSpec
+from fnserve.backends.devices import cuda_device_count
+from fnserve.backends.registry import factory_for
+from fnserve.config.model_config import InstanceGroup, Isolation, ModelConfig
+from fnserve.config.server import ModelDefaults
+from fnserve.errors import RepositoryError, UnavailableError
+from fnserve.model import InstanceContext
+from fnserve.scheduling.pool import Instance, InstancePool, ThreadInstance
+from fnserve.scheduling.runner import BatchRunner
+from fnserve.scheduling.scheduler import Scheduler, scheduler_for
+from fnserve.scheduling.supervisor import Supervisor
+from fnserve.scheduling.threads import run_in_daemon_thread
+from fnserve.stats import ModelStats
+
+log = logging.getLogger(__name__)
+Placement = tuple[InstanceContext, Isolation]
+
+
+class InstanceMaker:
+    """The pool's instance factory: builds instance `index` of one model (blocking user code)."""
+
+    def __init__(
+        self, factory: BackendFactory, placements: list[Placement], debug_errors: bool
+    ) -> None:
+        self.factory = factory
+        self.placements = placements
+        self._debug_errors = debug_errors
+
+    def __len__(self) -> int:
+        return len(self.placements)
+
+    def __call__(self, index: int) -> Instance:
+        context, isolation = self.placements[index]
+        config = self.factory.spec.config
+        if isolation == "process":
+            return _process_instance(self.factory, context, self._debug_errors)
+        runner = BatchRunner(config, self.factory.create(context), self._debug_errors)
+        return ThreadInstance(index, runner, f"{config.name}-{index}")
+
+
+class LoadedModel:
+    """A model version ready to serve: config, instance pool, scheduler, statistics.
+
+    Args:
+        spec: what was built.
+        instances: its instances, built by `maker`.
+        maker: rebuilds an instance that broke.
+        defaults: server-wide settings for what the config leaves unset.
+        supervisor: runs its background tasks.
+        on_crash: called with (this model, error) when one of those tasks dies.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        instances: list[Instance],
+        maker: InstanceMaker,
+        defaults: ModelDefaults,
+        supervisor: Supervisor,
+        on_crash: Callable[[LoadedModel, BaseException], None],
+    ) -> None:
+        self.spec = spec
+        self.config: ModelConfig = spec.config
+        self.version = str(self.config.version)
+        self.stats = ModelStats(self.config.name, self.version)
+        self.defaults = defaults
+        batching = self.config.dynamic_batching
+        timeout_s = self.config.execution_timeout_s
+        if timeout_s is None:
+            timeout_s = defaults.execution_timeout_s
+        self._supervisor = supervisor
+        self._on_crash = on_crash
+        self.pool = InstancePool(
+            self.config.name,
+            instances,
+            self.stats,
+            bool(batching and batching.preserve_ordering),
+            maker,
+            timeout_s,
+            supervisor,
+            self._crashed,
+        )
+        self.scheduler: Scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size)
+        self._task: asyncio.Task[None] | None = None
+        self._released = False
+
+    def _crashed(self, error: BaseException) -> None:
+        self._on_crash(self, error)
+
+    def start(self) -> None:
+        """Start dispatching (the scheduler's loop, supervised)."""
+        name = f"{self.config.name}-v{self.version}-scheduler"
+        self._task = self._supervisor.spawn(self.scheduler.run(), name, self._crashed)
+
+    @property
+    def scheduler_task(self) -> asyncio.Task[None] | None:
+        return self._task
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Let queued and running requests finish; False if `timeout_s` passed first."""
+        scheduler, pool = self.scheduler, self.pool
+        scheduler.flush()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while scheduler.queued() or pool.busy:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            if self._task is None or self._task.done():
+                return False  # nothing dispatches the queue any more
+            await pool.wait_progress(remaining)
+        return True
+
+    def abort(self, error: UnavailableError) -> None:
+        """Fail every queued and running request with `error` now; stuck instances are
+        abandoned and nothing is rebuilt."""
+        waiting, running = self.scheduler.queued(), self.pool.busy
+        if waiting or running:
+            log.warning(
+                "model '%s' version %s: failing %d queued and %d running batch(es): %s",
+                self.config.name,
+                self.version,
+                waiting,
+                running,
+                error,
+            )
+        self.scheduler.fail_queued(error)
+        self.pool.abort(error)
+
+    async def release(self, timeout_s: float) -> None:
+        """Stop the scheduler and release the instances (each backend unloads once, however
+        often this is called). A release that hangs is left behind after `timeout_s`."""
+        if self._released:
+            return
+        self._released = True
+        self.abort(UnavailableError(f"model '{self.config.name}' is unloading"))
+        if self._task is not None:
+            await self._supervisor.stop_and_wait(self._task)
+        try:
+            await asyncio.wait_for(run_in_daemon_thread(self.pool.close), max(timeout_s, 1.0))
+        except TimeoutError:
+            log.warning(
+                "model '%s': releasing its instances took over %.1f s; left",
+                self.config.name,
+                timeout_s,
+            )
+        except Exception:
+            log.exception("model '%s': releasing its instances failed", self.config.name)
+
+
+async def build_model(
+    spec: ModelSpec,
+    defaults: ModelDefaults,
+    supervisor: Supervisor,
+    on_crash: Callable[[LoadedModel, BaseException], None],
+) -> LoadedModel:
+    """Build every instance of `spec` (off the event loop) and wire its pool and scheduler.
+
+    Instances already built when a later one fails are released again.
+
+    Raises:
+        RepositoryError: no backend for it, an instance cannot be placed or fails to build.
+    """
+    config = spec.config
+    maker = InstanceMaker(factory_for(spec), placements(config), defaults.debug_errors)
+    instances: list[Instance] = []
+    try:
+        for index in range(len(maker)):
+            instances.append(await run_in_daemon_thread(maker, index))
+    except BaseException:
+        for instance in instances:
+            await run_in_daemon_thread(instance.close)
+        raise
+    return LoadedModel(spec, instances, maker, defaults, supervisor, on_crash)
+
+
+def _process_instance(
+    factory: BackendFactory, context: InstanceContext, debug_errors: bool
+) -> Instance:
+    config = factory.spec.config
+    if not factory.process_isolation:
+        raise RepositoryError(
+            f"model '{config.name}': backend '{factory.name}' does not run in worker processes; "
+            f"use isolation 'thread'"
+        )
+    try:  # lazy: only models with process isolation pay for the worker machinery
+        process = importlib.import_module("fnserve.scheduling.process")
+    except ImportError as exc:
+        raise RepositoryError(
+            f"model '{config.name}': instance isolation 'process' is not available in this "
+            f"build ({exc})"
+        ) from exc
+    instance: Instance = process.ProcessInstance(factory.spec, context, config, debug_errors)
+    return instance
+
+
+def placements(config: ModelConfig) -> list[Placement]:
+    """Each instance's context (with its device) and isolation, in instance-index order.
+
+    Raises:
+        RepositoryError: a GPU instance group cannot be placed.
+    """
+    result: list[Placement] = []
+    for group in config.instance_group:
+        for kind, device in _group_devices(config.name, group):
+            for _ in range(group.count):
+                context = InstanceContext(
+                    model_name=config.name,
+                    model_version=config.version,
+                    instance_index=len(result),
+                    kind=kind,
+                    device=device,
+                    parameters=config.parameters,
+                )
+                result.append((context, group.isolation))
+    return result
+
+
+def _group_devices(model: str, group: InstanceGroup) -> list[tuple[str, str]]:
+    gpus = cuda_device_count()
+    if group.kind == "KIND_CPU" or (group.kind == "KIND_AUTO" and not gpus):
+        return [("KIND_CPU", "cpu")]
+    if not gpus:
+        raise RepositoryError(
+            f"instance group of model '{model}' asks for KIND_GPU but no CUDA device is "
+            f"available; use KIND_CPU or KIND_AUTO"
+        )
+    wanted = list(group.gpus) or list(range(gpus))
+    missing = [i for i in wanted if i >= gpus]
+    if missing:
+        raise RepositoryError(
+            f"instance group of model '{model}' asks for GPU(s) {missing} but only "
+            f"{gpus} CUDA device(s) exist"
+        )
+    return [("KIND_GPU", f"cuda:{i}") for i in wanted]

@@ -1,0 +1,98 @@
+"""The scheduler seam: what a model handle needs from whatever decides which request runs when.
+
+A scheduler owns the model's queue and feeds its instance pool. `run()` is its long-lived loop,
+started by the model's owner under the runtime's supervisor; if it dies the model fails (see
+`supervisor.py`). Today: `DirectScheduler` (every request alone, in arrival order: Triton's
+default scheduler) and `DynamicBatcher` (`batcher.py`); ensemble and sequence schedulers fit the
+same protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from fnserve.config.model_config import ModelConfig
+from fnserve.scheduling.pool import InstancePool
+from fnserve.scheduling.queue import RequestQueue
+from fnserve.scheduling.request import PendingRequest
+
+
+class Scheduler(Protocol):
+    """Queues validated requests and dispatches them to the instance pool."""
+
+    def submit_nowait(self, entry: PendingRequest) -> None:
+        """Queue a request; raises QueueFullError when the queue policy says so."""
+        ...
+
+    def queued(self) -> int:
+        """Requests waiting (not yet dispatched)."""
+        ...
+
+    def flush(self) -> None:
+        """From now on dispatch at once, without waiting for batches to fill (draining)."""
+        ...
+
+    def fail_queued(self, error: Exception) -> None:
+        """Fail every waiting request with `error` now."""
+        ...
+
+    async def run(self) -> None:
+        """Dispatch until cancelled."""
+        ...
+
+
+class QueueScheduler:
+    """What both schedulers share: the request queue and the wake-up when it changes."""
+
+    def __init__(self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> None:
+        self._pool = pool
+        self._wakeup = asyncio.Event()
+        self.queue = RequestQueue(
+            config.name, config.dynamic_batching, self._wakeup.set, max_queue_size
+        )
+        self._flushing = False
+
+    def submit_nowait(self, entry: PendingRequest) -> None:
+        self.queue.put_nowait(entry)
+
+    def queued(self) -> int:
+        return len(self.queue)
+
+    def flush(self) -> None:
+        self._flushing = True
+        self._wakeup.set()
+
+    def fail_queued(self, error: Exception) -> None:
+        self.queue.fail_all(error)
+
+    async def _until_queued(self) -> None:
+        """Sleep until a request arrives."""
+        self._wakeup.clear()
+        await self._wakeup.wait()
+
+
+class DirectScheduler(QueueScheduler):
+    """Each request runs alone, as soon as an instance is free (no dynamic batching)."""
+
+    async def run(self) -> None:
+        queue, pool = self.queue, self._pool
+        while True:
+            if not len(queue):
+                await self._until_queued()
+                continue
+            instance = await pool.acquire()
+            entry = queue.pop_next()  # taken after the wait: skips requests cancelled meanwhile
+            if entry is None:
+                pool.release(instance)
+                continue
+            pool.launch(instance, [entry])
+
+
+def scheduler_for(config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> Scheduler:
+    """The scheduler a model's config asks for."""
+    if config.dynamic_batching is not None:
+        from fnserve.scheduling.batcher import DynamicBatcher  # it builds on this module
+
+        return DynamicBatcher(config, pool, max_queue_size)
+    return DirectScheduler(config, pool, max_queue_size)

@@ -1,1 +1,0 @@
-"""Generated protobuf and grpclib modules; regenerate with `python -m fnserve.server.grpc.generate`."""
