@@ -34,7 +34,8 @@ class MLP:
         (w1, b1), (w2, b2), (w3, b3) = self.layers
         h = np.maximum(x @ w1 + b1, 0.0)
         h = np.maximum(h @ w2 + b2, 0.0)
-        return (h @ w3 + b3).astype(np.float32, copy=False)
+        y: np.ndarray = (h @ w3 + b3).astype(np.float32, copy=False)
+        return y
 
 
 _mlp = MLP()

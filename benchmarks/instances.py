@@ -104,7 +104,7 @@ async def _overhead(calls: int) -> None:
     from fnserve.backends.python import PythonBackend
     from fnserve.model import InstanceContext
     from fnserve.repository.discover import discover
-    from fnserve.scheduling.pool import ThreadInstance
+    from fnserve.scheduling.pool import Instance, ThreadInstance
     from fnserve.scheduling.process import ProcessInstance
     from fnserve.scheduling.request import PendingRequest
     from fnserve.scheduling.runner import BatchRunner
@@ -122,7 +122,7 @@ async def _overhead(calls: int) -> None:
             future=loop.create_future(),
         )
     ]
-    instances = {
+    instances: dict[str, Instance] = {
         "thread": ThreadInstance(0, BatchRunner(echo.config, PythonBackend(echo, ctx)), "echo"),
         "process": ProcessInstance(echo, ctx, echo.config),
     }

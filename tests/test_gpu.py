@@ -18,11 +18,6 @@ pytestmark = [
 
 
 async def test_kind_gpu_instances_are_told_their_device() -> None:
-    @model(
-        instance_group=[InstanceGroup(count=2, kind="KIND_GPU", gpus=[0])],
-        inputs=[Tensor("X", "INT32", [1])],
-        outputs=[Tensor("DEVICE", "BYTES", [1])],
-    )
     class WhereAmI:
         def __init__(self, context: InstanceContext) -> None:
             self.device = context.device
@@ -30,7 +25,13 @@ async def test_kind_gpu_instances_are_told_their_device() -> None:
         def __call__(self, X: np.ndarray) -> np.ndarray:
             return np.array([self.device.encode()], dtype=object)
 
-    runtime = Runtime([WhereAmI])
+    # @model applied by hand: mypy ignores what a class decorator returns
+    where_am_i = model(
+        instance_group=[InstanceGroup(count=2, kind="KIND_GPU", gpus=[0])],
+        inputs=[Tensor("X", "INT32", [1])],
+        outputs=[Tensor("DEVICE", "BYTES", [1])],
+    )(WhereAmI)
+    runtime = Runtime([where_am_i])
     await runtime.start()
     try:
         x = np.zeros(1, np.int32)

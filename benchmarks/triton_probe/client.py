@@ -7,6 +7,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 import numpy as np
 import tritonclient.grpc as gc
@@ -40,19 +41,19 @@ grpc = gc.InferenceServerClient(G)
 x = np.arange(4, dtype=np.float32).reshape(1, 4)
 
 
-def hin():
+def hin() -> list[hc.InferInput]:
     i = hc.InferInput("INPUT0", [1, 4], "FP32")
     i.set_data_from_numpy(x)
     return [i]
 
 
-def gin():
+def gin() -> list[gc.InferInput]:
     i = gc.InferInput("INPUT0", [1, 4], "FP32")
     i.set_data_from_numpy(x)
     return [i]
 
 
-def try_(label, fn):
+def try_(label: str, fn: Callable[[], object]) -> None:
     try:
         fn()
         print(f"{label}: OK")
@@ -60,7 +61,7 @@ def try_(label, fn):
         print(f"{label}: status={e.status()!r} message={e.message()!r}")
 
 
-def raw_http(label, path, body):
+def raw_http(label: str, path: str, body: object) -> None:
     r = requests.post(f"http://{H}{path}", data=json.dumps(body))
     print(f"{label}: HTTP {r.status_code} {r.text}")
 

@@ -26,13 +26,13 @@ from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 logging.basicConfig(level=logging.INFO)
 
 
-@batch
-def identity_fn(INPUT0):
+@batch  # type: ignore[untyped-decorator]  # pytriton: no stubs, only in the anchors venv
+def identity_fn(INPUT0: np.ndarray) -> dict[str, np.ndarray]:
     return {"OUTPUT0": INPUT0}
 
 
-@batch
-def failing_fn(INPUT0):
+@batch  # type: ignore[untyped-decorator]  # pytriton: no stubs, only in the anchors venv
+def failing_fn(INPUT0: np.ndarray) -> dict[str, np.ndarray]:
     raise ValueError("boom")
 
 

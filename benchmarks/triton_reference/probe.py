@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -90,9 +91,9 @@ def versions(client: grpcclient.InferenceServerClient, x: np.ndarray) -> None:
         show(f"{tag} metadata", "GET", path)
         show(f"{tag} config", "GET", f"{path}/config")
         show(f"{tag} stats", "GET", f"{path}/stats")
-        show_grpc(f"{tag} metadata", lambda v=version: client.get_model_metadata(MODEL, v))
-        show_grpc(f"{tag} config", lambda v=version: client.get_model_config(MODEL, v))
-        show_grpc(f"{tag} ready", lambda v=version: client.is_model_ready(MODEL, v))
+        show_grpc(f"{tag} metadata", partial(client.get_model_metadata, MODEL, version))
+        show_grpc(f"{tag} config", partial(client.get_model_config, MODEL, version))
+        show_grpc(f"{tag} ready", partial(client.is_model_ready, MODEL, version))
     text = http("GET", "/metrics", port=METRICS)[1]
     series = [line for line in text.splitlines() if line.startswith("nv_inference")]
     print(f"unloaded metrics: {len(series)} nv_inference* series {series}")

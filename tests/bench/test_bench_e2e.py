@@ -132,7 +132,7 @@ def test_sweep_matches_server_statistics(
 def test_input_data_reaches_the_model(bench_server: RunningServer, tmp_path: Path) -> None:
     rows = [(k, k + 0.25, k + 0.5, k + 0.75) for k in range(1, 6)]
     raw = base64.b64encode(np.array([9, 9, 9, 9], dtype="<f4").tobytes()).decode()
-    entries = [{"INPUT0": list(r)} for r in rows[:4]]
+    entries: list[dict[str, object]] = [{"INPUT0": list(r)} for r in rows[:4]]
     entries += [{"INPUT0": {"content": list(rows[4]), "shape": [4]}}, {"INPUT0": {"b64": raw}}]
     data = tmp_path / "data.json"
     data.write_text(json.dumps({"data": entries}))

@@ -35,14 +35,16 @@ class TestOptions:
             (None, "2:4", (2, 3, 4)),
         ],
     )
-    def test_concurrency_forms(self, values, value_range, expected) -> None:
+    def test_concurrency_forms(
+        self, values: str | None, value_range: str | None, expected: tuple[int, ...]
+    ) -> None:
         assert parse_concurrency(values, value_range) == expected
 
     @pytest.mark.parametrize(
         ("values", "value_range"),
         [("0", None), ("a", None), ("1", "1:2"), (None, "4:1"), (None, "1:2:3:4")],
     )
-    def test_concurrency_rejects(self, values, value_range) -> None:
+    def test_concurrency_rejects(self, values: str | None, value_range: str | None) -> None:
         with pytest.raises(BenchError, match="concurrency"):
             parse_concurrency(values, value_range)
 
@@ -95,7 +97,7 @@ class TestInputs:
     @pytest.mark.parametrize(
         ("shapes", "match"), [({"A": (4,)}, "does not fit"), ({"Z": (1,)}, "does not have")]
     )
-    def test_shape_errors(self, shapes, match) -> None:
+    def test_shape_errors(self, shapes: dict[str, tuple[int, ...]], match: str) -> None:
         metadata = {"inputs": [{"name": "A", "datatype": "FP32", "shape": [-1, 3]}]}
         with pytest.raises(BenchError, match=match):
             resolve_inputs(metadata, 8, shapes)
@@ -153,7 +155,7 @@ class TestInputDataFile:
             ({"data": [{"INPUT0": [1, 2]}]}, "entry 0: input 'INPUT0': expected 4 elements"),
         ],
     )
-    def test_errors_name_the_entry(self, tmp_path: Path, data, match) -> None:
+    def test_errors_name_the_entry(self, tmp_path: Path, data: object, match: str) -> None:
         with pytest.raises(BenchError, match=match):
             load_samples(self.write(tmp_path, data), [SPEC])
 

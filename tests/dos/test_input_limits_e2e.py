@@ -203,7 +203,7 @@ def _bytes_request(model: str, count: int) -> pb.ModelInferRequest:
 
 def _binary_bytes_body(count: int) -> bytes:
     size = 5 * count
-    tensor = {"name": "INPUT0", "datatype": "BYTES", "shape": [count]}
+    tensor: dict[str, object] = {"name": "INPUT0", "datatype": "BYTES", "shape": [count]}
     tensor["parameters"] = {"binary_data_size": size}
     header = orjson.dumps({"inputs": [tensor]})
     return b"%010d" % len(header) + header + _one_byte_elements(count)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 from hypothesis import strategies as st
@@ -89,7 +89,8 @@ def arrays(draw: st.DrawFn, datatype: str, max_dims: int = 3) -> Any:
     dtype = np.dtype(NUMERIC_DTYPES[datatype])
     elements = None
     if dtype.kind == "f":
-        elements = st.floats(width=8 * dtype.itemsize, allow_nan=False, allow_infinity=False)
+        width = cast(Literal[16, 32, 64], 8 * dtype.itemsize)  # FP16, FP32 or FP64
+        elements = st.floats(width=width, allow_nan=False, allow_infinity=False)
     return draw(hnp.arrays(dtype, shape, elements=elements))
 
 
@@ -108,8 +109,8 @@ def same(a: Any, b: Any) -> bool:
     if a.shape != b.shape:
         return False
     if a.dtype == np.object_ or b.dtype == np.object_:
-        return a.tolist() == b.tolist()
-    return a.dtype == b.dtype and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+        return bool(a.tolist() == b.tolist())
+    return bool(a.dtype == b.dtype) and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
 
 
 def _value(datatype: str) -> Any:

@@ -10,6 +10,7 @@ campaign is bounded by the hypothesis profile (see conftest.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import schemathesis
@@ -22,6 +23,9 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.conftest import RunningServer
+
+if TYPE_CHECKING:  # schemathesis defines its OpenAPI case alias for type checkers only
+    from schemathesis.specs.openapi.schemas import OpenApiCase
 
 SPEC = Path(__file__).parents[2] / "docs" / "openapi.yaml"
 schema = schemathesis.openapi.from_path(SPEC)
@@ -37,7 +41,7 @@ def base_url(server: RunningServer) -> str:
 
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, suppress_health_check=list(HealthCheck), deadline=None)
-def test_rest_api_conforms(case: schemathesis.Case, base_url: str) -> None:
+def test_rest_api_conforms(case: OpenApiCase, base_url: str) -> None:
     response = case.call(base_url=base_url, timeout=30)
     # 5xx only where the description says so (x-fnserve-server-errors: 501 for a feature
     # fnserve lacks, 500 for a failed load, as Triton answers)

@@ -11,11 +11,16 @@ import asyncio
 import ctypes
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fnserve import DynamicBatching, InstanceContext, InstanceGroup, Tensor, model
+
+if TYPE_CHECKING:  # annotations only: the server loads this file by path, workers re-import it
+    from fnserve.model import ModelDefinition
+    from tests.tensor_io import Declaration, TensorIO
 
 BATCHING = DynamicBatching(max_queue_delay_microseconds=0)
 PROCESS = [InstanceGroup(count=1, kind="KIND_CPU", isolation="process")]
@@ -57,7 +62,7 @@ async def _async_double(INPUT0: np.ndarray) -> np.ndarray:
     return INPUT0 * 2
 
 
-_IO = {
+_IO: dict[str, tuple[Callable[..., Any], Declaration]] = {
     "add_sub": (
         _add_sub,
         {
@@ -111,6 +116,20 @@ _IO = {
 }
 TWINS = sorted(_IO)
 
+# Bound by the loop below (mypy cannot see names made through globals()).
+add_sub_t: ModelDefinition[..., Any]
+add_sub_p: ModelDefinition[..., Any]
+strings_t: ModelDefinition[..., Any]
+strings_p: ModelDefinition[..., Any]
+mixed_t: ModelDefinition[..., Any]
+mixed_p: ModelDefinition[..., Any]
+wrong_t: ModelDefinition[..., Any]
+wrong_p: ModelDefinition[..., Any]
+scaled_t: ModelDefinition[..., Any]
+scaled_p: ModelDefinition[..., Any]
+async_double_t: ModelDefinition[..., Any]
+async_double_p: ModelDefinition[..., Any]
+
 for _name, (_target, _kwargs) in _IO.items():
     for _suffix, _group in (("t", THREAD), ("p", PROCESS)):
         globals()[f"{_name}_{_suffix}"] = model(
@@ -150,10 +169,13 @@ def _spin(N: np.ndarray) -> np.ndarray:
     return np.array([spin_work(int(N[0]))], np.int64)
 
 
-_SPIN = {"inputs": [Tensor("N", "INT32", [1])], "outputs": [Tensor("OUTPUT0", "INT64", [1])]}
-spin_p1 = model(name="spin_p1", instance_group=PROCESS, **_SPIN)(_spin)  # type: ignore[arg-type]
+_SPIN: TensorIO = {
+    "inputs": [Tensor("N", "INT32", [1])],
+    "outputs": [Tensor("OUTPUT0", "INT64", [1])],
+}
+spin_p1 = model(name="spin_p1", instance_group=PROCESS, **_SPIN)(_spin)
 spin_p2 = model(
     name="spin_p2",
     instance_group=[InstanceGroup(count=2, kind="KIND_CPU", isolation="process")],
-    **_SPIN,  # type: ignore[arg-type]
+    **_SPIN,
 )(_spin)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,18 +15,18 @@ from fnserve.scheduling.batcher import BatchPolicy
 from fnserve.scheduling.request import PendingRequest
 
 
-def _config(max_batch_size: int = 8, **batching: object) -> ModelConfig:
+def _config(max_batch_size: int = 8, **batching: Any) -> ModelConfig:
     return ModelConfig(
         name="m",
         inputs=[Tensor("X", "FP32", [-1])],
         outputs=[Tensor("Y", "FP32", [-1])],
         max_batch_size=max_batch_size,
-        dynamic_batching=DynamicBatching(**batching),  # type: ignore[arg-type]
+        dynamic_batching=DynamicBatching(**batching),
     )
 
 
 @pytest.fixture
-def loop() -> asyncio.AbstractEventLoop:
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
     yield loop
     loop.close()

@@ -15,8 +15,9 @@ from fnserve import DynamicBatching, InstanceGroup, QueuePolicy, Tensor, model
 from fnserve.errors import ModelExecutionError, QueueFullError, RequestTimeoutError
 from fnserve.runtime import Runtime
 from fnserve.types import InferInput, InferRequest
+from tests.tensor_io import TensorIO
 
-IO = {"inputs": [Tensor("X", "FP32", [-1])], "outputs": [Tensor("Y", "FP32", [-1])]}
+IO: TensorIO = {"inputs": [Tensor("X", "FP32", [-1])], "outputs": [Tensor("Y", "FP32", [-1])]}
 
 
 class Recorder:

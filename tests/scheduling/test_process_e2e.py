@@ -28,7 +28,9 @@ def server() -> Iterator[ServerProcess]:
         proc.stop()
 
 
-def _infer(client: httpx.Client, model: str, inputs: list[dict[str, Any]], **params: Any) -> Any:
+def _infer(
+    client: httpx.Client, model: str, inputs: list[dict[str, Any]], **params: Any
+) -> httpx.Response:
     body: dict[str, Any] = {"inputs": inputs}
     if params:
         body["parameters"] = params

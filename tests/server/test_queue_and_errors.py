@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import numpy as np
@@ -17,11 +18,13 @@ from tritonclient.utils import InferenceServerException
 from fnserve import DynamicBatching, QueuePolicy, Tensor, model
 from fnserve.config.server import ServerConfig
 from fnserve.runtime import Runtime
+from fnserve.stats import ModelStats
 from tests.conftest import RunningServer, start_server, stop_server
+from tests.tensor_io import TensorIO
 
 pytestmark = pytest.mark.e2e
 
-IO = {"inputs": [Tensor("X", "FP32", [1])], "outputs": [Tensor("Y", "FP32", [1])]}
+IO: TensorIO = {"inputs": [Tensor("X", "FP32", [1])], "outputs": [Tensor("Y", "FP32", [1])]}
 GATE = threading.Event()
 SECRET = "/srv/models/secret/weights.bin"
 
@@ -49,10 +52,10 @@ def boom(X: np.ndarray) -> np.ndarray:
     raise FileNotFoundError(f"[Errno 2] No such file or directory: '{SECRET}'")
 
 
-def _serve(**settings: object) -> Iterator[RunningServer]:
+def _serve(**settings: Any) -> Iterator[RunningServer]:
     config = ServerConfig(
         http_port=0, grpc_port=0, metrics_port=0, shutdown_timeout_s=2, **settings
-    )  # type: ignore[arg-type]
+    )
     handle = start_server(Runtime([gated, own_policy, boom]), config)
     try:
         yield handle.server
@@ -74,7 +77,8 @@ def _post(server: RunningServer, name: str) -> httpx.Response:
 
 
 def _pending(server: RunningServer, name: str) -> int:
-    return next(s.pending for s in server.runtime.version_stats() if s.name == name)
+    stats: list[ModelStats] = server.runtime.version_stats()
+    return next(s.pending for s in stats if s.name == name)
 
 
 def _fill(

@@ -6,7 +6,7 @@ import queue
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]  # as in fnserve.bench: grpcio has no stubs here
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
