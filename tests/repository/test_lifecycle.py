@@ -13,8 +13,9 @@ from fnserve.backends.devices import cuda_device_count
 from fnserve.errors import ModelNotFoundError, ModelNotReadyError, RepositoryError, UnavailableError
 from fnserve.runtime import Runtime
 from fnserve.types import InferInput, InferRequest, ModelState
+from tests.tensor_io import TensorIO
 
-IO = {"inputs": [Tensor("X", "FP32", [1])], "outputs": [Tensor("Y", "FP32", [1])]}
+IO: TensorIO = {"inputs": [Tensor("X", "FP32", [1])], "outputs": [Tensor("Y", "FP32", [1])]}
 
 
 def _request(name: str, value: float = 1.0) -> InferRequest:

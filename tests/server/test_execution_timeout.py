@@ -15,10 +15,11 @@ from tritonclient.utils import InferenceServerException
 from fnserve import Tensor, model
 from fnserve.runtime import Runtime
 from tests.conftest import RunningServer, start_server, stop_server
+from tests.tensor_io import TensorIO
 
 pytestmark = pytest.mark.e2e
 
-IO = {"inputs": [Tensor("X", "FP32", [1])], "outputs": [Tensor("Y", "FP32", [1])]}
+IO: TensorIO = {"inputs": [Tensor("X", "FP32", [1])], "outputs": [Tensor("Y", "FP32", [1])]}
 RELEASE = threading.Event()  # lets the stuck threads go when the module ends
 
 
