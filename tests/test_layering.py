@@ -1,4 +1,15 @@
-"""Imports point down: nothing below the server layer may import a frontend library."""
+"""Imports point down only (DESIGN.md's layering), checked on the source of every module.
+
+    cli, bench         the command line; bench is a client and talks to servers over the wire
+    server/            the frontends
+    runtime.py         the in-process facade
+    repository/        model handles, loaded models, discovery
+    scheduling/        schedulers, instance pools, supervision
+    backends/          what runs one batch
+    everything else    config, protocol (generated messages), types, errors, tensors, ...
+
+Nothing below `server/` may import a frontend library; `bench/` may not import the core.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +20,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parents[1] / "runtime" / "fnserve"
-FORBIDDEN = ("starlette", "hypercorn", "uvicorn", "grpclib", "fnserve.server", "fnserve.cli")
-CORE = [
-    "scheduling",
-    "repository",
-    "backends",
-    "config",
-    "types.py",
-    "errors.py",
-    "tensors.py",
-    "model.py",
-    "stats.py",
-    "runtime.py",
-]
+FRONTEND_LIBRARIES = ("starlette", "hypercorn", "uvicorn", "grpclib")
+RANK = {"cli": 0, "bench": 0, "server": 1, "runtime": 2, "repository": 3, "scheduling": 4,
+        "backends": 5}  # fmt: skip
+BOTTOM = 6  # config, protocol, types, errors, tensors, model, stats, limits, user_modules ...
+ENTRY_POINTS = {"__main__.py"}  # `python -m fnserve` runs the cli
+# bench is a load generator: it may use the wire vocabulary, never the server's insides.
+BENCH_MAY_NOT_IMPORT = ("fnserve.server", "fnserve.runtime", "fnserve.repository",
+                        "fnserve.scheduling", "fnserve.backends", "fnserve.cli")  # fmt: skip
 
 
 def _imports(path: Path) -> set[str]:
@@ -38,11 +44,50 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("part", CORE)
-def test_core_does_not_import_frontends(part: str) -> None:
-    target = PACKAGE / part
-    files = [target] if target.is_file() else sorted(target.rglob("*.py"))
-    assert files
-    for file in files:
-        bad = {n for n in _imports(file) if n.startswith(FORBIDDEN)}
-        assert not bad, f"{file.relative_to(PACKAGE)} imports {sorted(bad)}"
+def _part(path: Path) -> str:
+    """The top-level part of the package a file belongs to ("server", "runtime", "types")."""
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def _rank(part: str) -> int:
+    return RANK.get(part, BOTTOM)
+
+
+SOURCES = sorted(
+    p for p in PACKAGE.rglob("*.py") if p.name not in ENTRY_POINTS or p.parent != PACKAGE
+)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down(path: Path) -> None:
+    own = _rank(_part(path))
+    upward = []
+    for name in _imports(path):
+        parts = name.split(".")
+        if parts[0] != "fnserve" or len(parts) < 2 or parts[1] == _part(path):
+            continue
+        if _rank(parts[1]) < own:
+            upward.append(name)
+    assert not upward, f"{path.relative_to(PACKAGE)} imports upward: {sorted(upward)}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SOURCES if _rank(_part(p)) > RANK["server"]],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_core_does_not_import_frontend_libraries(path: Path) -> None:
+    bad = {n for n in _imports(path) if n.split(".")[0] in FRONTEND_LIBRARIES}
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "bench").rglob("*.py")), ids=lambda p: p.name)
+def test_bench_is_a_client_of_the_wire_only(path: Path) -> None:
+    bad = {n for n in _imports(path) if n.startswith(BENCH_MAY_NOT_IMPORT)}
+    assert not bad, f"bench/{path.name} imports {sorted(bad)}"
+
+
+def test_the_rules_see_every_layer() -> None:
+    parts = {_part(p) for p in SOURCES}
+    assert set(RANK) <= parts  # a renamed layer must not silently escape the check
+    assert {"config", "protocol", "types"} <= parts

@@ -165,23 +165,24 @@ class ModelHandle:
             self.loaded.abort(error)
 
     def _crashed(self, loaded: LoadedModel, error: BaseException) -> None:
-        """A background task of `loaded` died: fail the model and everything it holds, now."""
+        """A background task of `loaded` died: fail the model and its queued requests now;
+        batches already running finish (their instances are sound), then it is released."""
         reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         failure = UnavailableError(
             f"model '{self.name}' version {self.version} failed: a background task died ({reason})"
         )
-        loaded.abort(failure)
+        loaded.scheduler.fail_queued(failure)
         if loaded is not self.loaded:
             return  # an old model being drained: it just ends sooner
         self.loaded = None
         self._stats = loaded.stats
         self._enter(ModelState.FAILED, f"a background task died ({reason}); load it again")
-        # Release its instances under the lock (a load asked for meanwhile waits for it).
+        # Released under the lock: a load asked for meanwhile waits for it.
         self._supervisor.spawn(self._release_failed(loaded), f"{self.name}-release")
 
     async def _release_failed(self, loaded: LoadedModel) -> None:
         async with self._lock:
-            await loaded.release(loaded.defaults.drain_timeout_s)
+            await self._retire(loaded, loaded.defaults.drain_timeout_s, "failed")
 
 
 def _load_reason(exc: BaseException) -> str:

@@ -124,7 +124,7 @@ class LoadedModel:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            if self._task is None or self._task.done():
+            if scheduler.queued() and (self._task is None or self._task.done()):
                 return False  # nothing dispatches the queue any more
             await pool.wait_progress(remaining)
         return True

@@ -142,12 +142,23 @@ class InstancePool:
         """Run `batch` on `instance` in the background; the instance returns when it is done."""
         seq = self._dispatched
         self._dispatched += 1
-        task = self._tasks.spawn(self._execute(instance, batch, seq), self.name, self._on_crash)
+        task = self._tasks.spawn(self._execute(instance, batch, seq), self.name, self._batch_died)
         self._running[task] = (instance, batch)
         task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
+
+    def _batch_died(self, error: BaseException) -> None:
+        """A batch task died of a bug (not a model error, which `_execute` delivers): answer
+        its requests, then tell the owner. Runs before `_forget`, so the task is still known."""
+        failure = ModelExecutionError(f"model '{self.name}' failed: {error!r}")
+        for task, (_, batch) in list(self._running.items()):
+            if task.done():  # its instance was released before the bookkeeping that failed
+                del self._running[task]
+                _deliver(batch, failure)
+        if self._on_crash is not None:
+            self._on_crash(error)
 
     async def _execute(self, instance: Instance, batch: list[PendingRequest], seq: int) -> None:
         start_ns = time.perf_counter_ns()

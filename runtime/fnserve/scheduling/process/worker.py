@@ -116,9 +116,9 @@ def _find_definition(setup: dict[str, Any]) -> ModelDefinition[Any, Any]:
     # Files fnserve discovered (and a script run as __main__) are imported by path, as the
     # server did; anything else is an ordinary module, found on the server's sys.path.
     if file and (module_name.startswith("fnserve_user.") or module_name == "__main__"):
-        from fnserve.repository.discover import discover
+        from fnserve.user_modules import definitions_in, import_file
 
-        candidates = discover([Path(file)])
+        candidates = definitions_in(import_file(Path(file)))
     else:
         module = importlib.import_module(module_name)
         candidates = [v for v in vars(module).values() if isinstance(v, ModelDefinition)]
