@@ -20,6 +20,18 @@ def test_ordinary_traffic_passes_in_any_split() -> None:
         assert guard.last_stream_id == 1
 
 
+def test_a_busy_connection_may_open_any_number_of_streams() -> None:
+    # One gRPC channel carries every request of a client: 100,000 requests within seconds are
+    # load, not a flood (a stream budget here once capped gRPC at 2,000 requests/s).
+    guard = FrameGuard(FloodBudget(), expect_preface=False)
+    requests = b"".join(
+        frame(0x1, 0x4, sid, b"h" * 30) + frame(0x0, 0x1, sid, b"d" * 20)
+        for sid in range(1, 200_000, 2)
+    )
+    assert guard.feed(requests) is None
+    assert guard.last_stream_id == 199_999
+
+
 def test_rapid_reset_is_reported_past_the_budget() -> None:
     guard = FrameGuard(FloodBudget(resets=10))
     pairs = b"".join(

@@ -4,8 +4,10 @@ Neither Hypercorn (h2c on the HTTP port) nor grpclib limits how fast a client ma
 reset streams or ping: 100,000 HEADERS + RST_STREAM pairs in 1.3 s ("rapid reset",
 CVE-2023-44487) stalled the whole server 21 s and grew it by 760 MB. `FrameGuard` reads only
 the 9-byte header of each frame as the bytes arrive (no parsing, no copies of payloads) and
-counts stream resets, pings, SETTINGS and new streams per time window, and bounds a header
-block spread over CONTINUATION frames. Past a budget the
+counts stream resets, pings and SETTINGS per time window, and bounds a header block spread
+over CONTINUATION frames. New streams are not budgeted: one connection carrying thousands of
+requests a second is what a gRPC client does, and the work in flight is already bounded by
+SETTINGS_MAX_CONCURRENT_STREAMS (a stream cancelled early counts as a reset). Past a budget the
 connection is answered with GOAWAY(ENHANCE_YOUR_CALM) and closed, as nginx and Go's net/http do.
 It also tells when the client's first request head (HEADERS) arrived, for the header timeout.
 """
@@ -37,7 +39,6 @@ class FloodBudget:
     resets: int = 50
     pings: int = 200
     settings: int = 200
-    streams: int = 20_000
     header_block_bytes: int = 256 * 1024  # one HEADERS + CONTINUATION block (CONTINUATION flood)
 
 
@@ -64,12 +65,11 @@ class FrameGuard:
 
     def __init__(self, budget: FloodBudget, expect_preface: bool = True) -> None:
         self._budget = budget
-        # per slot of `_counts`, built once: new streams are counted on every request
-        self._limits = (budget.resets, budget.pings, budget.settings, budget.streams)
+        self._limits = (budget.resets, budget.pings, budget.settings)  # per slot of `_counts`
         self._preface_left = len(PREFACE) if expect_preface else 0
         self._skip = 0  # payload bytes of the current frame still to pass over
         self._head = b""  # a frame header split across reads
-        self._counts = [0, 0, 0, 0]  # resets, pings, settings, streams
+        self._counts = [0, 0, 0]  # resets, pings, settings
         self._block = -1  # bytes of the header block being continued, -1 when none is open
         self._window_start = time.monotonic()
         self.last_stream_id = 0
@@ -111,7 +111,6 @@ class FrameGuard:
             stream_id = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
             if stream_id > self.last_stream_id:
                 self.last_stream_id = stream_id
-                return self._count(3, "new streams")
         elif kind == _RST_STREAM:
             return self._count(0, "stream resets")
         elif kind == _PING and not flags & _ACK:
@@ -135,7 +134,7 @@ class FrameGuard:
         budget = self._budget
         if now - self._window_start > budget.window_s:
             self._window_start = now
-            self._counts = [0, 0, 0, 0]
+            self._counts = [0, 0, 0]
         self._counts[slot] += 1
         limit = self._limits[slot]
         if self._counts[slot] > limit:
