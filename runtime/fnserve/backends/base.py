@@ -9,6 +9,8 @@ Specs today are `@model` definitions; config.pbtxt + model file specs plug in th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from fnserve.config.model_config import ModelConfig
@@ -27,6 +29,22 @@ class ModelSpec(Protocol):
     def location(self) -> str:
         """Where it is declared ("FILE:LINE", a directory), for messages."""
         ...
+
+
+@dataclass(frozen=True)
+class ModelFileSpec:
+    """A model served from a file of a Triton-layout repository (`<name>/<version>/model.onnx`).
+
+    Args:
+        config: its effective configuration (config.pbtxt, completed from the file).
+        path: the model file.
+    """
+
+    config: ModelConfig
+    path: Path
+
+    def location(self) -> str:
+        return str(self.path)
 
 
 class Backend(Protocol):
