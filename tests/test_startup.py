@@ -71,7 +71,7 @@ def test_a_folder_without_models_is_an_error_naming_it(
     for name, data in content.items():
         (tmp_path / name).write_bytes(data)
     line = _one_line_error(_serve(tmp_path))
-    assert f"no @model found in '{tmp_path}'" in line
+    assert f"no model found in '{tmp_path}'" in line
     assert "--allow-empty" in line
     for name in content:
         assert name in line
@@ -79,7 +79,7 @@ def test_a_folder_without_models_is_an_error_naming_it(
 
 def test_allow_empty_serves_with_a_loud_warning(tmp_path: Path) -> None:
     with ServerProcess.start(tmp_path, "--allow-empty") as server:
-        assert "WARNING: no @model found" in server.output()
+        assert "WARNING: no model found" in server.output()
         assert httpx.get(f"{server.http}/v2/health/live").status_code == 200
         assert server.stop() == 0
 

@@ -180,6 +180,21 @@ def main() -> None:
     help="Start even when PATHS hold no @model (with a warning); default: an error.",
 )
 @click.option(
+    "--model-control-mode",
+    default="none",
+    show_default=True,
+    type=click.Choice(["none", "explicit"]),
+    help="none: load every model at start; explicit: load only the --load-model ones (the "
+    "repository load/unload API works in both).",
+)
+@click.option(
+    "--load-model",
+    "load_models",
+    multiple=True,
+    metavar="NAME",
+    help="With --model-control-mode explicit: a model to load at start (repeatable; '*' for all).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -194,6 +209,7 @@ def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
     configure(config.log_level, config.log_format)
     try:
         runtime = _runtime(paths, config.strict, config.allow_empty)
+        _check_startup_models(runtime, config)
     except FnserveError as exc:  # one line, no traceback: what failed, where, what to do
         raise click.ClickException(exc.message) from exc
     try:
@@ -220,12 +236,26 @@ def _runtime(paths: tuple[Path, ...], strict: bool, allow_empty: bool) -> Runtim
     return Runtime(found.definitions, source=source, failures=found.failures)
 
 
+def _check_startup_models(runtime: Runtime, config: ServerConfig) -> None:
+    names = config.startup_models()
+    unknown = [n for n in names or () if not runtime.registry.known(n)]
+    if unknown:
+        known = ", ".join(runtime.registry.names()) or "none"
+        raise StartupError(f"--load-model names unknown model(s) {unknown}; known: {known}")
+
+
 def _nothing_found(paths: tuple[Path, ...], files: list[Path], ignored: list[Path]) -> str:
     where = ", ".join(f"'{p}'" for p in paths)
-    message = f"no @model found in {where}: {len(files)} Python file(s) looked at"
+    message = (
+        f"no model found in {where} (no @model, no Triton model directory): {len(files)} "
+        f"Python file(s) looked at"
+    )
     if ignored:
         names = ", ".join(p.name for p in ignored[:5]) + (", ..." if len(ignored) > 5 else "")
-        message += f", other files ignored ({names}: only Python @model functions are served)"
+        message += (
+            f", other files ignored ({names}: @model functions and Triton model directories "
+            f"(<name>/config.pbtxt, <name>/<version>/model.onnx) are served)"
+        )
     return message
 
 

@@ -106,15 +106,19 @@ class Runtime:
         """Register a model (loaded by `start` or `load_model`)."""
         return self.registry.add(spec)
 
-    async def start(self, defaults: ModelDefaults | None = None) -> None:
-        """Load every registered model; one failing model does not stop the others.
+    async def start(
+        self, defaults: ModelDefaults | None = None, names: Iterable[str] | None = None
+    ) -> None:
+        """Load the registered models; one failing model does not stop the others.
 
         Args:
             defaults: server-wide model settings (`ServerConfig.model_defaults()`), kept for
                 later loads too.
+            names: the models to load (None: all of them); the others stay UNLOADED until a
+                repository load.
         """
         self._defaults = defaults or self._defaults
-        for name in self.registry.names():
+        for name in self.registry.names() if names is None else names:
             try:
                 await self.load_model(name)
             except RepositoryError:
@@ -182,7 +186,7 @@ class Runtime:
         return ModelMetadata(
             config.name,
             versions,
-            config.backend,
+            config.platform or config.backend,
             tuple(_tensor(config, t) for t in config.inputs),
             tuple(_tensor(config, t) for t in config.outputs),
         )

@@ -165,6 +165,7 @@ class ModelConfig:
     parameters: Mapping[str, str] = field(default_factory=dict)
     backend: str = "python"
     execution_timeout_s: float | None = None
+    platform: str = ""  # Triton's platform name, when a config.pbtxt gives one
 
     def __post_init__(self) -> None:
         for name in ("inputs", "outputs", "instance_group"):
@@ -207,7 +208,7 @@ class ModelConfig:
         """Triton's JSON form of this config (proto field names, `TYPE_*` datatypes)."""
         doc: dict[str, Any] = {
             "name": self.name,
-            "platform": "",
+            "platform": self.platform,
             "backend": self.backend,
             "version_policy": {"specific": {"versions": [self.version]}},
             "max_batch_size": self.max_batch_size,

@@ -59,6 +59,10 @@ class ServerConfig:
         max_gzip_members: most members in one gzip-encoded HTTP request body.
         strict: refuse to start when a model file fails to import (default: serve the others).
         allow_empty: start even when no model was found (default: an error).
+        model_control_mode: "none" loads every model at start; "explicit" loads only
+            `load_models` (Triton's modes; fnserve keeps the repository load/unload API open in
+            both).
+        load_models: names loaded at start in explicit mode ("*": all of them).
         log_level, log_format: logging setup.
     """
 
@@ -86,6 +90,8 @@ class ServerConfig:
     max_gzip_members: int = DEFAULT_LIMITS.max_gzip_members
     strict: bool = False
     allow_empty: bool = False
+    model_control_mode: str = "none"
+    load_models: tuple[str, ...] = ()
     log_level: str = "INFO"
     log_format: LogFormat = "text"
 
@@ -97,6 +103,15 @@ class ServerConfig:
             )
         if self.max_queue_size < 0:
             raise ModelConfigError(f"max_queue_size must be >= 0, got {self.max_queue_size}")
+        if self.model_control_mode not in ("none", "explicit"):
+            raise ModelConfigError(
+                f"model control mode must be 'none' or 'explicit', got "
+                f"{quote(self.model_control_mode)}"
+            )
+        if self.load_models and self.model_control_mode != "explicit":
+            raise ModelConfigError(
+                "--load-model requires --model-control-mode explicit (as in Triton)"
+            )
         _check_positive(self, _POSITIVE)
 
     @classmethod
@@ -126,6 +141,12 @@ class ServerConfig:
             self.shutdown_timeout_s,
             self.debug_errors,
         )
+
+    def startup_models(self) -> tuple[str, ...] | None:
+        """The models to load at start: None for all of them."""
+        if self.model_control_mode == "none" or "*" in self.load_models:
+            return None
+        return self.load_models
 
     def input_limits(self) -> InputLimits:
         """The per-request input limits both codecs apply."""

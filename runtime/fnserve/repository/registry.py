@@ -39,6 +39,10 @@ class ModelRegistry:
     def names(self) -> list[str]:
         return sorted(self._handles)
 
+    def known(self, name: str) -> bool:
+        """Whether `name` is a model here, served or failed."""
+        return name in self._handles or name in self._failed
+
     def handles(self) -> Iterator[ModelHandle]:
         """Every handle, by name then version."""
         for name in sorted(self._handles):

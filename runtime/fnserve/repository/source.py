@@ -1,7 +1,8 @@
 """The files a server was started from, re-imported when their content changes.
 
 `scan()` imports every Python file under the model paths once and, on later calls (a repository
-`load`), imports again only the files whose bytes changed, so a `load` after an edit serves the
+`load`), imports again only the files whose bytes changed (Triton model directories likewise:
+read again only when their files changed), so a `load` after an edit serves the
 edited code. A file that fails to import is reported, never fatal here: the caller decides
 (`--strict`, or the repository load of one of its models).
 """
@@ -20,8 +21,9 @@ from fnserve.repository.discover import (
     ModelImportError,
     definitions_in,
     import_file,
-    python_files,
+    model_paths,
 )
+from fnserve.repository.model_dirs import ModelDirs
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class ModelSource:
     def __init__(self, paths: Iterable[str | Path]) -> None:
         self.paths = [Path(p) for p in paths]
         self._files: dict[Path, _Imported] = {}
+        self._model_dirs = ModelDirs()
 
     def scan(self) -> Discovery:
         """Every file's definitions, importing new and changed files (blocking: runs user code).
@@ -48,13 +51,18 @@ class ModelSource:
         Raises:
             RepositoryError: a path no longer exists.
         """
-        files, ignored = python_files(self.paths)
-        found = Discovery(files=files, ignored=ignored)
-        for file in files:
+        paths = model_paths(self.paths)
+        found = Discovery(files=paths.files, ignored=paths.ignored, model_dirs=paths.model_dirs)
+        for file in paths.files:
             imported = self._import(file)
             found.definitions += imported.definitions
             if imported.failure is not None:
                 found.failures.append(imported.failure)
+        for directory in paths.model_dirs:
+            scanned = self._model_dirs.scan(directory)
+            found.definitions += scanned.specs
+            if scanned.failure is not None:
+                found.failures.append(scanned.failure)
         return found
 
     def _import(self, file: Path) -> _Imported:

@@ -129,7 +129,7 @@ async def serve(
         grpc_sock.getsockname()[1],
         metrics_sock.getsockname()[1],
     )
-    await runtime.start(config.model_defaults())
+    await runtime.start(config.model_defaults(), config.startup_models())
     config = fit_connections_to_fds(config)
     grpc_server = GrpcServer(grpc_services(runtime, config), config)
     await grpc_server.start(sock=grpc_sock)

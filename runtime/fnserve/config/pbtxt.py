@@ -1,0 +1,180 @@
+"""Triton's config.pbtxt: parsed with protobuf text format against `model_config.proto`.
+
+`parse_config` reads the text into `inference.ModelConfig` (a misspelt field or a bad value is
+a parse error with its line and column), refuses every field fnserve does not implement (named,
+with the reason: a field silently ignored would serve something other than what was
+configured), and returns the message for the repository to complete from the model file.
+`to_model_config` turns a completed message into fnserve's `ModelConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from google.protobuf import text_format
+from google.protobuf.message import Message
+
+from fnserve.config.model_config import (
+    DynamicBatching,
+    InstanceGroup,
+    ModelConfig,
+    QueuePolicy,
+    Tensor,
+)
+from fnserve.errors import ModelConfigError
+from fnserve.protocol import model_config_pb2 as pb
+
+# Triton's platform names and the backend that serves each.
+PLATFORM_BACKENDS = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorrt_plan": "tensorrt",
+}
+BACKEND_PLATFORMS = {backend: platform for platform, backend in PLATFORM_BACKENDS.items()}
+
+# Fields fnserve reads; any other field that is set is refused with `_UNSUPPORTED`'s reason.
+_SUPPORTED = frozenset(
+    {
+        "name", "platform", "backend", "max_batch_size", "default_model_filename", "parameters",
+        "version_policy", "version_policy.latest", "version_policy.latest.num_versions",
+        "version_policy.all", "version_policy.specific", "version_policy.specific.versions",
+        "input", "input.name", "input.data_type", "input.dims", "input.optional",
+        "output", "output.name", "output.data_type", "output.dims",
+        "instance_group", "instance_group.name", "instance_group.count", "instance_group.kind",
+        "instance_group.gpus",
+        "dynamic_batching", "dynamic_batching.preferred_batch_size",
+        "dynamic_batching.max_queue_delay_microseconds", "dynamic_batching.preserve_ordering",
+        "dynamic_batching.priority_levels", "dynamic_batching.default_priority_level",
+        "dynamic_batching.default_queue_policy", "dynamic_batching.priority_queue_policy",
+    }
+)  # fmt: skip
+_UNSUPPORTED = {
+    "sequence_batching": "sequence batching is not implemented yet",
+    "ensemble_scheduling": "ensembles are not implemented yet",
+    "model_warmup": "warmup is not implemented yet",
+    "optimization": "optimization settings (execution accelerators, CUDA graphs) are not "
+    "implemented yet",
+    "input.reshape": "reshape is not implemented",
+    "output.reshape": "reshape is not implemented",
+    "input.format": "input formats are not implemented",
+    "input.is_shape_tensor": "shape tensors are TensorRT-only and not implemented",
+    "output.is_shape_tensor": "shape tensors are TensorRT-only and not implemented",
+    "input.allow_ragged_batch": "ragged batching is not implemented",
+    "output.label_filename": "classification labels are not implemented",
+    "batch_input": "batch inputs are not implemented",
+    "batch_output": "batch outputs are not implemented",
+    "response_cache": "the response cache is not implemented",
+    "model_transaction_policy": "decoupled models are not implemented",
+}
+
+
+def parse_config(text: str, where: str) -> pb.ModelConfig:
+    """Parse config.pbtxt text and refuse the fields fnserve does not implement.
+
+    Args:
+        text: the file's content.
+        where: the file, for messages.
+
+    Raises:
+        ModelConfigError: a syntax error, an unknown field, or an unsupported field.
+    """
+    message = pb.ModelConfig()
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as exc:
+        raise ModelConfigError(f"'{where}': {exc}") from exc
+    for path in _set_fields(message):
+        if path in _SUPPORTED or path.startswith(_queue_policy_prefixes()):
+            continue
+        reason = _UNSUPPORTED.get(path, "fnserve does not implement it")
+        raise ModelConfigError(f"'{where}': field '{path}' is not supported: {reason}")
+    return message
+
+
+def _queue_policy_prefixes() -> tuple[str, ...]:
+    return (
+        "dynamic_batching.default_queue_policy.",
+        "dynamic_batching.priority_queue_policy.",
+    )
+
+
+def _set_fields(message: Message, prefix: str = "") -> Iterator[str]:
+    """Dotted paths of every field set in `message` (repeated fields: once per field)."""
+    for field, value in message.ListFields():
+        path = f"{prefix}{field.name}"
+        yield path
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        items = value if field.is_repeated else [value]
+        for item in items:
+            yield from _set_fields(item, path + ".")
+
+
+def datatype(code: int, where: str) -> str:
+    """The protocol datatype ("FP32") of a config `TYPE_*` value."""
+    name = pb.DataType.Name(code)
+    if name == "TYPE_INVALID":
+        raise ModelConfigError(f"{where}: data_type is missing")
+    return "BYTES" if name == "TYPE_STRING" else name.removeprefix("TYPE_")
+
+
+def config_datatype(protocol: str) -> int:
+    """The config `TYPE_*` value of a protocol datatype."""
+    return int(pb.DataType.Value("TYPE_STRING" if protocol == "BYTES" else f"TYPE_{protocol}"))
+
+
+def to_model_config(message: pb.ModelConfig, version: int) -> ModelConfig:
+    """fnserve's `ModelConfig` for one version of a completed config message.
+
+    Raises:
+        ModelConfigError: a value fnserve (or Triton) refuses.
+    """
+    name = message.name
+    backend = message.backend or PLATFORM_BACKENDS.get(message.platform, message.platform)
+    return ModelConfig(
+        name=name,
+        inputs=[_tensor(t, name, optional=t.optional) for t in message.input],
+        outputs=[_tensor(t, name) for t in message.output],
+        version=version,
+        max_batch_size=message.max_batch_size,
+        dynamic_batching=_batching(message) if message.HasField("dynamic_batching") else None,
+        instance_group=[_group(g) for g in message.instance_group] or (InstanceGroup(),),
+        parameters={k: v.string_value for k, v in message.parameters.items()},
+        backend=backend,
+        platform=message.platform or BACKEND_PLATFORMS.get(backend, ""),
+    )
+
+
+def _tensor(t: Any, model: str, optional: bool = False) -> Tensor:
+    where = f"model '{model}' tensor '{t.name}'"
+    return Tensor(t.name, datatype(t.data_type, where), list(t.dims), optional)
+
+
+def _group(g: pb.ModelInstanceGroup) -> InstanceGroup:
+    kind = pb.ModelInstanceGroup.Kind.Name(g.kind)
+    if kind == "KIND_MODEL":
+        raise ModelConfigError(f"instance group '{g.name}': KIND_MODEL is not supported")
+    return InstanceGroup(count=g.count or 1, kind=kind, gpus=list(g.gpus), name=g.name)  # type: ignore[arg-type]
+
+
+def _policy(p: pb.ModelQueuePolicy) -> QueuePolicy:
+    return QueuePolicy(
+        timeout_action=pb.ModelQueuePolicy.TimeoutAction.Name(p.timeout_action),  # type: ignore[arg-type]
+        default_timeout_microseconds=p.default_timeout_microseconds,
+        allow_timeout_override=p.allow_timeout_override,
+        max_queue_size=p.max_queue_size,
+    )
+
+
+def _batching(message: pb.ModelConfig) -> DynamicBatching:
+    b = message.dynamic_batching
+    return DynamicBatching(
+        preferred_batch_size=list(b.preferred_batch_size),
+        max_queue_delay_microseconds=b.max_queue_delay_microseconds,
+        preserve_ordering=b.preserve_ordering,
+        priority_levels=b.priority_levels,
+        default_priority_level=b.default_priority_level,
+        default_queue_policy=_policy(b.default_queue_policy),
+        priority_queue_policy={k: _policy(v) for k, v in b.priority_queue_policy.items()},
+    )

@@ -1,0 +1,207 @@
+"""Triton-layout model directories: `<name>/config.pbtxt` and `<name>/<version>/model.<ext>`.
+
+A directory is a model directory when it holds a config.pbtxt or a numbered version folder.
+Its config.pbtxt (optional) is parsed against `model_config.proto`; what it leaves out is
+completed from the model file as Triton does by default (input and output names, datatypes
+and shapes; a batch dimension, with `max_batch_size` 4 and dynamic batching, when every
+tensor's first dimension is dynamic). The version policy (`latest { num_versions }`, `all`,
+`specific { versions }`; default: the latest one) picks the versions served. A directory that
+fails (a bad config, a missing or unreadable model file) fails only its own model, with the
+reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fnserve.backends.base import ModelFileSpec
+from fnserve.config.pbtxt import (
+    BACKEND_PLATFORMS,
+    PLATFORM_BACKENDS,
+    config_datatype,
+    parse_config,
+    to_model_config,
+)
+from fnserve.errors import FnserveError, RepositoryError
+from fnserve.protocol import model_config_pb2 as pb
+from fnserve.user_modules import ImportFailure
+
+CONFIG_FILE = "config.pbtxt"
+DEFAULT_FILES = {
+    "onnxruntime": "model.onnx",
+    "pytorch": "model.pt",
+    "tensorrt": "model.plan",
+    "python": "model.py",
+}
+EXTENSION_BACKENDS = {".onnx": "onnxruntime", ".pt": "pytorch", ".pt2": "pytorch",
+                      ".plan": "tensorrt"}  # fmt: skip
+DEFAULT_MAX_BATCH_SIZE = 4  # Triton's default-max-batch-size for auto-completed configs
+
+
+def is_model_dir(path: Path) -> bool:
+    """Whether `path` is a Triton model directory (config.pbtxt or a numbered version)."""
+    if not path.is_dir():
+        return False
+    if (path / CONFIG_FILE).is_file():
+        return True
+    return any(child.is_dir() and child.name.isdigit() for child in path.iterdir())
+
+
+@dataclass
+class ModelDirScan:
+    """What a model directory yields: one spec per served version, or the failure."""
+
+    specs: list[ModelFileSpec] = field(default_factory=list)
+    failure: ImportFailure | None = None
+
+
+class ModelDirs:
+    """Reads model directories, and reads one again only when its files changed (so an
+    unchanged model keeps the very same specs, and a repository `load` leaves it alone)."""
+
+    def __init__(self) -> None:
+        self._known: dict[Path, tuple[str, ModelDirScan]] = {}
+
+    def scan(self, directory: Path) -> ModelDirScan:
+        digest = _digest(directory)
+        known = self._known.get(directory)
+        if known is not None and known[0] == digest:
+            return known[1]
+        try:
+            found = ModelDirScan(specs=read_model_dir(directory))
+        except Exception as exc:  # a bad config, or a model file its library cannot read
+            detail = (
+                exc.message if isinstance(exc, FnserveError) else f"{type(exc).__name__}: {exc}"
+            )
+            reason = f"model directory '{directory}': {detail}"
+            found = ModelDirScan(failure=ImportFailure(directory, reason, ((directory.name, 1),)))
+        self._known[directory] = (digest, found)
+        return found
+
+
+def _digest(directory: Path) -> str:
+    """Changes when config.pbtxt or any file of a version folder changes (size, mtime)."""
+    h = hashlib.sha1()
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            h.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def read_model_dir(directory: Path) -> list[ModelFileSpec]:
+    """The specs of the versions `directory`'s policy serves.
+
+    Raises:
+        FnserveError: the config is invalid, no version exists, a model file is missing or
+            cannot be described.
+    """
+    config_file = directory / CONFIG_FILE
+    if config_file.is_file():
+        message = parse_config(config_file.read_text(), str(config_file))
+    else:
+        message = pb.ModelConfig()
+    if message.name and message.name != directory.name:
+        raise RepositoryError(
+            f"the config names the model '{message.name}' but its directory is "
+            f"'{directory.name}'; they must match"
+        )
+    message.name = directory.name
+    versions = _versions(directory, message)
+    specs = []
+    for version in versions:
+        folder = directory / str(version)
+        backend = _backend(message, folder)
+        file = folder / (message.default_model_filename or DEFAULT_FILES.get(backend, ""))
+        if not file.is_file():
+            raise RepositoryError(f"version {version} has no model file '{file.name}'")
+        completed = pb.ModelConfig()
+        completed.CopyFrom(message)
+        completed.backend = backend
+        completed.platform = completed.platform or BACKEND_PLATFORMS.get(backend, "")
+        _complete(completed, file, backend)
+        specs.append(ModelFileSpec(to_model_config(completed, version), file))
+    return specs
+
+
+def _versions(directory: Path, message: pb.ModelConfig) -> list[int]:
+    present = sorted(int(c.name) for c in directory.iterdir() if c.is_dir() and c.name.isdigit())
+    if not present:
+        raise RepositoryError("it holds no version folder (such as '1/')")
+    policy = message.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return present
+    if choice == "specific":
+        wanted = sorted(set(policy.specific.versions))
+        missing = [v for v in wanted if v not in present]
+        if missing:
+            raise RepositoryError(f"version_policy names version(s) {missing} that do not exist")
+        return wanted
+    count = policy.latest.num_versions if choice == "latest" else 1
+    if count < 1:
+        raise RepositoryError("version_policy latest needs num_versions >= 1")
+    return present[-count:]
+
+
+def _backend(message: pb.ModelConfig, folder: Path) -> str:
+    """The backend the config names, else the one the model file's extension implies."""
+    if message.backend:
+        return message.backend
+    if message.platform:
+        if message.platform not in PLATFORM_BACKENDS:
+            raise RepositoryError(f"platform '{message.platform}' is not supported")
+        return PLATFORM_BACKENDS[message.platform]
+    if message.default_model_filename:
+        suffix = Path(message.default_model_filename).suffix
+        if suffix in EXTENSION_BACKENDS:
+            return EXTENSION_BACKENDS[suffix]
+    found = {
+        EXTENSION_BACKENDS[p.suffix] for p in folder.iterdir() if p.suffix in EXTENSION_BACKENDS
+    }
+    if len(found) == 1:
+        return found.pop()
+    if (folder / "model.py").is_file():
+        return "python"
+    kinds = ", ".join(sorted(EXTENSION_BACKENDS))
+    raise RepositoryError(
+        f"cannot tell its backend: set `backend` or `platform` in {CONFIG_FILE}, or put one "
+        f"model file ({kinds}) in '{folder.name}/'"
+    )
+
+
+def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
+    """Fill in what the config leaves out from the model file (Triton's auto-complete)."""
+    if message.input and message.output:
+        return
+    if backend != "onnxruntime":
+        raise RepositoryError(
+            f"the config must declare its inputs and outputs: fnserve completes configs from "
+            f"ONNX files only, and this model's backend is '{backend}'"
+        )
+    try:
+        from fnserve.backends.onnxruntime import describe  # the onnx extra is optional
+    except ImportError as exc:
+        raise RepositoryError(f"cannot read '{file}': {exc}") from exc
+    signature = describe(file)
+    if not message.max_batch_size and not message.input and signature.batchable():
+        message.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        if not message.HasField("dynamic_batching"):
+            message.dynamic_batching.SetInParent()
+    strip = 1 if message.max_batch_size > 0 else 0
+    if not message.input:
+        for tensor in signature.inputs:
+            message.input.add(
+                name=tensor.name,
+                data_type=config_datatype(tensor.datatype),
+                dims=tensor.dims[strip:],
+            )
+    if not message.output:
+        for tensor in signature.outputs:
+            message.output.add(
+                name=tensor.name,
+                data_type=config_datatype(tensor.datatype),
+                dims=tensor.dims[strip:],
+            )

@@ -1,0 +1,75 @@
+"""config.pbtxt: protobuf text format against model_config.proto; unsupported fields refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from fnserve.config.pbtxt import parse_config, to_model_config
+from fnserve.errors import ModelConfigError
+
+FULL = """
+name: "scaler"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+version_policy { latest { num_versions: 2 } }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+dynamic_batching {
+  preferred_batch_size: [ 4, 8 ]
+  max_queue_delay_microseconds: 100
+  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 5000 }
+  priority_levels: 2
+  default_priority_level: 1
+  priority_queue_policy { key: 2 value: { max_queue_size: 3 } }
+}
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+"""
+
+
+def test_a_full_config_becomes_a_model_config() -> None:
+    config = to_model_config(parse_config(FULL, "scaler/config.pbtxt"), version=3)
+    assert (config.name, config.version, config.max_batch_size) == ("scaler", 3, 8)
+    assert (config.backend, config.platform) == ("onnxruntime", "onnxruntime_onnx")
+    assert [(t.name, t.datatype, list(t.dims)) for t in config.inputs] == [("X", "FP32", [4])]
+    assert [(t.name, t.datatype) for t in config.outputs] == [("Y", "BYTES")]
+    assert config.instance_group[0].count == 2
+    assert config.instance_group[0].kind == "KIND_CPU"
+    batching = config.dynamic_batching
+    assert batching is not None
+    assert list(batching.preferred_batch_size) == [4, 8]
+    assert batching.default_queue_policy.timeout_action == "DELAY"
+    assert batching.queue_policy(2).max_queue_size == 3
+    assert config.parameters == {"intra_op_thread_count": "1"}
+    doc = config.to_json()
+    assert (doc["platform"], doc["backend"]) == ("onnxruntime_onnx", "onnxruntime")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('name: "m"\nmax_batch_size: "eight"', "2:17"),  # a bad value: line and column
+        ('name: "m"\nmax_batch_sise: 8', 'has no field named "max_batch_sise"'),
+        ("sequence_batching { }", "field 'sequence_batching' is not supported: sequence"),
+        (
+            'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] reshape { shape: [ 2, 2 ] } } ]',
+            "field 'input.reshape' is not supported",
+        ),
+        ('model_warmup [ { name: "w" batch_size: 1 } ]', "field 'model_warmup'"),
+        (
+            'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "x" } ] } }',
+            "field 'optimization'",
+        ),
+    ],
+)
+def test_errors_name_the_file_and_the_field(text: str, message: str) -> None:
+    with pytest.raises(ModelConfigError, match="'m/config.pbtxt'") as caught:
+        parse_config(text, "m/config.pbtxt")
+    assert message in str(caught.value)
+
+
+def test_a_missing_datatype_is_refused() -> None:
+    message = parse_config('name: "m"\ninput [ { name: "X" dims: [ 1 ] } ]', "c")
+    message.output.add(name="Y", data_type=1, dims=[1])
+    with pytest.raises(ModelConfigError, match="tensor 'X': data_type is missing"):
+        to_model_config(message, 1)

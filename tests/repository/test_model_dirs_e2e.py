@@ -1,0 +1,107 @@
+"""A Triton-layout repository of ONNX models, served beside @model files, driven with
+tritonclient over HTTP and gRPC."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.repository.onnx_models import repository
+from tests.serverproc import ServerProcess
+
+pytestmark = pytest.mark.e2e
+ECHO = """
+import numpy as np
+from fnserve import Tensor, model
+
+@model(inputs=[Tensor("X", "FP32", [1])], outputs=[Tensor("Y", "FP32", [1])])
+def echo(X: np.ndarray) -> np.ndarray:
+    return X
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
+    root = repository(tmp_path_factory.mktemp("model_repository"))
+    functions = tmp_path_factory.mktemp("functions")
+    (functions / "echo.py").write_text(ECHO)
+    with ServerProcess.start(root, functions) as running:
+        yield running  # type: ignore[misc]
+        assert running.stop() == 0
+
+
+def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+
+
+def test_a_model_without_config_is_completed_from_its_file(server: ServerProcess) -> None:
+    client = _http(server)
+    config = client.get_model_config("add_one")
+    assert config["platform"] == "onnxruntime_onnx"
+    assert config["backend"] == "onnxruntime"
+    assert config["max_batch_size"] == 4  # a dynamic first dimension: Triton's default
+    (declared,) = config["input"]
+    assert (declared["name"], declared["data_type"], declared["dims"]) == ("X", "TYPE_FP32", [4])
+    assert "dynamic_batching" in config
+    metadata = client.get_model_metadata("add_one")
+    assert metadata["platform"] == "onnxruntime_onnx"
+    assert metadata["inputs"] == [{"name": "X", "datatype": "FP32", "shape": [-1, 4]}]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tensor = httpclient.InferInput("X", [3, 4], "FP32")
+    tensor.set_data_from_numpy(x)
+    np.testing.assert_array_equal(client.infer("add_one", [tensor]).as_numpy("Y"), x + 1)
+
+
+def test_versions_follow_the_policy_over_grpc(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for version, factor in (("1", 1.0), ("2", 2.0), ("", 2.0)):
+        tensor = grpcclient.InferInput("X", [2, 3], "FP32")
+        tensor.set_data_from_numpy(x)
+        result = client.infer("scale", [tensor], model_version=version)
+        np.testing.assert_array_equal(result.as_numpy("Y"), x * factor)
+    assert client.get_model_metadata("scale", as_json=True)["versions"] == ["1", "2"]
+
+
+def test_bad_directories_fail_alone_with_their_reason(server: ServerProcess) -> None:
+    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    assert index["add_one"]["state"] == "READY"
+    assert index["echo"]["state"] == "READY"
+    assert index["sequenced"]["state"] == "UNAVAILABLE"
+    assert "field 'sequence_batching' is not supported" in index["sequenced"]["reason"]
+    assert index["garbage"]["state"] == "UNAVAILABLE"
+    assert "garbage" in index["garbage"]["reason"]
+    with pytest.raises(InferenceServerException, match="sequence_batching"):
+        _http(server).get_model_metadata("sequenced")
+
+
+def test_wrong_input_shape_is_a_clear_400(server: ServerProcess) -> None:
+    body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 5], "data": [0.0] * 5}]}
+    answer = httpx.post(f"{server.http}/v2/models/add_one/infer", json=body)
+    assert answer.status_code == 400
+    assert "expected shape [-1, 4]" in answer.json()["error"]
+
+
+def test_explicit_mode_loads_only_what_is_named(tmp_path: Path) -> None:
+    root = repository(tmp_path / "repo")
+    with ServerProcess.start(
+        root, "--model-control-mode", "explicit", "--load-model", "add_one"
+    ) as server:
+        client = _http(server)
+        assert client.is_model_ready("add_one")
+        assert not client.is_model_ready("scale")
+        client.load_model("scale")
+        assert client.is_model_ready("scale")
+        assert server.stop() == 0
+
+
+def test_load_model_without_explicit_mode_is_refused(tmp_path: Path) -> None:
+    root = repository(tmp_path / "repo")
+    with pytest.raises(RuntimeError, match="--load-model requires --model-control-mode explicit"):
+        ServerProcess.start(root, "--load-model", "add_one")
