@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fnserve.config.model_config import ModelConfig
+from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.model import InstanceContext
 from fnserve.types import Array, ParamValue
 
@@ -79,3 +79,19 @@ class BackendFactory(Protocol):
         ...
 
     def create(self, context: InstanceContext) -> Backend: ...
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    """The tensors a model file declares, read from the file itself (to complete a config).
+
+    Dims are the FULL shapes the file gives, -1 for any symbolic or unknown dimension; whether
+    the first one is a batch dimension is the caller's decision (`batchable` helps).
+    """
+
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+
+    def batchable(self) -> bool:
+        """Triton's autocomplete rule: every tensor has rank >= 1 and a variable first dim."""
+        return all(len(t.dims) >= 1 and t.dims[0] == -1 for t in (*self.inputs, *self.outputs))

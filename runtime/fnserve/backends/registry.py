@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fnserve.backends.base import BackendFactory, ModelSpec
+from fnserve.backends.base import BackendFactory, ModelFileSpec, ModelSpec
 from fnserve.backends.python import PythonBackendFactory
 from fnserve.errors import RepositoryError
 from fnserve.model import ModelDefinition
@@ -14,13 +14,28 @@ def factory_for(spec: ModelSpec) -> BackendFactory:
     """The backend factory for `spec`.
 
     Raises:
-        RepositoryError: no backend serves this kind of spec (naming the model and backend).
+        RepositoryError: no backend serves this kind of spec, or its optional package is not
+            installed (naming the model, the backend and what to install).
     """
     backend = spec.config.backend
     if isinstance(spec, ModelDefinition) and backend == "python":
         definition: ModelDefinition[Any, Any] = spec
         return PythonBackendFactory(definition)
+    if isinstance(spec, ModelFileSpec) and backend == "onnxruntime":
+        return _onnxruntime_factory(spec)
     raise RepositoryError(
         f"model '{spec.config.name}' ({spec.location()}) asks for backend '{backend}', which "
         f"fnserve does not provide"
     )
+
+
+def _onnxruntime_factory(spec: ModelFileSpec) -> BackendFactory:
+    """Imported here: onnxruntime is an optional, heavy dependency only its models pay for."""
+    try:
+        from fnserve.backends.onnxruntime import OnnxRuntimeBackendFactory
+    except ImportError as exc:
+        raise RepositoryError(
+            f"model '{spec.config.name}' ({spec.location()}) needs the onnxruntime backend, "
+            f"which is not installed: pip install 'fnserve[onnx]'"
+        ) from exc
+    return OnnxRuntimeBackendFactory(spec)
