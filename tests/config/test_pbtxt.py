@@ -57,7 +57,8 @@ def test_a_full_config_becomes_a_model_config() -> None:
         ),
         ('model_warmup [ { name: "w" batch_size: 1 } ]', "field 'model_warmup'"),
         (
-            'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "x" } ] } }',
+            "optimization { execution_accelerators { cpu_execution_accelerator [ "
+            '{ name: "x" } ] } }',
             "field 'optimization'",
         ),
     ],

@@ -3,6 +3,7 @@ tritonclient over HTTP and gRPC."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -12,7 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.repository.onnx_models import repository
+from tests.repository.onnx_models import repository, scale
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -27,12 +28,12 @@ def echo(X: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = repository(tmp_path_factory.mktemp("model_repository"))
     functions = tmp_path_factory.mktemp("functions")
     (functions / "echo.py").write_text(ECHO)
     with ServerProcess.start(root, functions) as running:
-        yield running  # type: ignore[misc]
+        yield running
         assert running.stop() == 0
 
 
@@ -105,3 +106,38 @@ def test_load_model_without_explicit_mode_is_refused(tmp_path: Path) -> None:
     root = repository(tmp_path / "repo")
     with pytest.raises(RuntimeError, match="--load-model requires --model-control-mode explicit"):
         ServerProcess.start(root, "--load-model", "add_one")
+
+
+def test_a_changed_model_file_is_served_after_a_load(tmp_path: Path) -> None:
+    root = repository(tmp_path / "repo")
+    with ServerProcess.start(root) as server:
+        client = grpcclient.InferenceServerClient(server.grpc)
+        x = np.ones((2, 3), np.float32)
+
+        def infer() -> np.ndarray:
+            tensor = grpcclient.InferInput("X", [2, 3], "FP32")
+            tensor.set_data_from_numpy(x)
+            return client.infer("scale", [tensor], model_version="2").as_numpy("Y")
+
+        np.testing.assert_array_equal(infer(), x * 2)
+        scale(root / "scale" / "2" / "model.onnx", 3.0)
+        client.load_model("scale")
+        np.testing.assert_array_equal(infer(), x * 3)
+        assert server.stop() == 0
+
+
+def test_a_backend_fnserve_lacks_fails_only_that_model(tmp_path: Path) -> None:
+    root = repository(tmp_path / "repo")
+    (root / "torchy" / "1").mkdir(parents=True)
+    (root / "torchy" / "1" / "model.pt").write_bytes(b"not used")
+    (root / "torchy" / "config.pbtxt").write_text(
+        'platform: "pytorch_libtorch"\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    with ServerProcess.start(root) as server:
+        index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+        assert index["torchy"]["state"] == "UNAVAILABLE"
+        assert "backend 'pytorch'" in index["torchy"]["reason"]
+        assert index["add_one"]["state"] == "READY"
+        assert server.stop() == 0
