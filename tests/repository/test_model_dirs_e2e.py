@@ -117,7 +117,8 @@ def test_a_changed_model_file_is_served_after_a_load(tmp_path: Path) -> None:
         def infer() -> np.ndarray:
             tensor = grpcclient.InferInput("X", [2, 3], "FP32")
             tensor.set_data_from_numpy(x)
-            return client.infer("scale", [tensor], model_version="2").as_numpy("Y")
+            result: np.ndarray = client.infer("scale", [tensor], model_version="2").as_numpy("Y")
+            return result
 
         np.testing.assert_array_equal(infer(), x * 2)
         scale(root / "scale" / "2" / "model.onnx", 3.0)
