@@ -11,7 +11,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from fnserve.config.model_config import DynamicBatching, InstanceGroup, QueuePolicy, Tensor
+from fnserve.config.model_config import (
+    DynamicBatching,
+    InstanceGroup,
+    QueuePolicy,
+    Tensor,
+    Warmup,
+    WarmupInput,
+)
 from fnserve.errors import (
     FnserveError,
     InvalidInputError,
@@ -33,6 +40,8 @@ __all__ = [
     "ModelNotFoundError",
     "QueuePolicy",
     "Tensor",
+    "Warmup",
+    "WarmupInput",
     "__version__",
     "model",
 ]

@@ -22,6 +22,7 @@ from fnserve.logs import configure
 from fnserve.repository.source import ModelSource
 from fnserve.runtime import Runtime
 from fnserve.server.app import BoundPorts, serve
+from fnserve.types import ModelState
 
 log = logging.getLogger("fnserve")
 
@@ -291,8 +292,12 @@ async def _serve(runtime: Runtime, config: ServerConfig) -> None:
 
 def _summary(runtime: Runtime, ports: BoundPorts) -> None:
     lines = [f"fnserve {__version__} serving {len(runtime.repository_index())} model version(s):"]
+    timings = {(s.name, s.version): s for s in runtime.version_stats()}
     for entry in runtime.repository_index():
         reason = f" ({entry.reason})" if entry.reason else ""
+        stats = timings.get((entry.name, entry.version))
+        if entry.state is ModelState.READY and stats is not None:
+            reason = f" (load {stats.load_ns / 1e9:.3f} s, warmup {stats.warmup_ns / 1e9:.3f} s)"
         lines.append(f"  {entry.name} v{entry.version}: {entry.state.value}{reason}")
     lines += [
         f"  HTTP     http://{ports.host}:{ports.http}  (KServe v2 REST, HTTP/1.1 and h2c)",

@@ -17,7 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
 
-from fnserve.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, Tensor
+from fnserve.config.model_config import (
+    DynamicBatching,
+    InstanceGroup,
+    ModelConfig,
+    Tensor,
+    Warmup,
+)
 from fnserve.errors import ModelConfigError
 
 P = ParamSpec("P")
@@ -145,6 +151,7 @@ def model(
     instance_group: Sequence[InstanceGroup] | None = None,
     parameters: Mapping[str, str] | None = None,
     execution_timeout_s: float | None = None,
+    warmup: Sequence[Warmup] = (),
 ) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]: ...
 
 
@@ -161,6 +168,7 @@ def model(
     instance_group: Sequence[InstanceGroup] | None = None,
     parameters: Mapping[str, str] | None = None,
     execution_timeout_s: float | None = None,
+    warmup: Sequence[Warmup] = (),
 ) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]:
     """Declare a servable model.
 
@@ -182,6 +190,8 @@ def model(
             execution fail with 504 / DEADLINE_EXCEEDED and the instance is replaced. None
             takes the server's `--execution-timeout`; 0 means no limit. Also settable as the
             parameter `execution_timeout_s`.
+        warmup: requests run on every load before the model is READY (Triton's
+            `model_warmup`), so no client pays for first-call costs.
 
     Raises:
         ModelConfigError: when the declaration is invalid (at import time), also for a bare
@@ -211,6 +221,7 @@ def model(
             instance_group=tuple(instance_group) if instance_group else (InstanceGroup(),),
             parameters=parameters or {},
             execution_timeout_s=execution_timeout_s,
+            warmup=warmup,
         )
         return ModelDefinition(target, config)
 

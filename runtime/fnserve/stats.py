@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 # Upper bounds (µs) of the latency histogram buckets: 100 µs .. 60 s, roughly x2 apart.
 LATENCY_BUCKETS_US: tuple[float, ...] = (
@@ -57,8 +57,17 @@ class ModelStats:
     pending: int = 0
     execution_timeouts: int = 0  # executions past execution_timeout_s (fnserve-only metric)
     last_inference_ms: int = 0
+    load_ns: int = 0  # how long building the instances took (fnserve only)
+    warmup_ns: int = 0  # how long the warmup samples took (fnserve only)
     batches: dict[int, BatchStats] = field(default_factory=dict)
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_US) + 1))
+
+    def reset_counters(self) -> None:
+        """Forget every request and execution counted so far (warmup's), keeping the load
+        timings: clients' statistics start at the first real request."""
+        fresh = ModelStats(self.name, self.version, load_ns=self.load_ns, warmup_ns=self.warmup_ns)
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
 
     def record_success(self, duration_ns: int) -> None:
         self.success.add(duration_ns)

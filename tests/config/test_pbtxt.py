@@ -55,7 +55,10 @@ def test_a_full_config_becomes_a_model_config() -> None:
             'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] reshape { shape: [ 2, 2 ] } } ]',
             "field 'input.reshape' is not supported",
         ),
-        ('model_warmup [ { name: "w" batch_size: 1 } ]', "field 'model_warmup'"),
+        (
+            'input [ { name: "X" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 1 ] } ]',
+            "field 'input.format'",
+        ),
         (
             "optimization { execution_accelerators { cpu_execution_accelerator [ "
             '{ name: "x" } ] } }',

@@ -33,6 +33,7 @@ FNSERVE_ONLY = {
     "fnserve_inference_request_latency_us",
     "fnserve_inference_exec_timeout",
     "fnserve_model_state",
+    "fnserve_model_load_duration_seconds",
 }
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")

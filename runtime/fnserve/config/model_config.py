@@ -148,6 +148,46 @@ class InstanceGroup:
 
 
 @dataclass(frozen=True)
+class WarmupInput:
+    """One input of a warmup request (Triton's ModelWarmup.Input).
+
+    Args:
+        datatype: protocol datatype (FP32, BYTES, ...).
+        dims: its shape without the batch dimension (the sample's `batch_size` adds it).
+        data: "zero" (zeros; empty strings for BYTES), "random", or the path of a file of
+            raw little-endian values (BYTES: 4-byte length + bytes per element), as Triton's
+            `input_data_file` (relative to the model directory's `warmup/` folder).
+    """
+
+    datatype: str
+    dims: Sequence[int]
+    data: str = "zero"
+
+    def __post_init__(self) -> None:
+        _freeze(self, "dims", tuple)
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """One warmup sample (Triton's ModelWarmup): run `count` times before the model is READY.
+
+    Args:
+        name: the sample's name, for messages.
+        inputs: every input the model needs, by name.
+        batch_size: rows per request (0 or 1 for a model without batching).
+        count: how many times it runs.
+    """
+
+    name: str
+    inputs: Mapping[str, WarmupInput]
+    batch_size: int = 1
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        _freeze(self, "inputs", dict)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Everything fnserve knows about one model version; validated on construction.
 
@@ -166,9 +206,10 @@ class ModelConfig:
     backend: str = "python"
     execution_timeout_s: float | None = None
     platform: str = ""  # Triton's platform name, when a config.pbtxt gives one
+    warmup: Sequence[Warmup] = ()
 
     def __post_init__(self) -> None:
-        for name in ("inputs", "outputs", "instance_group"):
+        for name in ("inputs", "outputs", "instance_group", "warmup"):
             _freeze(self, name, tuple)
         _freeze(self, "parameters", dict)
         _ConfigValidator(self).validate()
@@ -221,7 +262,23 @@ class ModelConfig:
         }
         if self.dynamic_batching is not None:
             doc["dynamic_batching"] = _batching_json(self.dynamic_batching)
+        if self.warmup:
+            doc["model_warmup"] = [_warmup_json(w) for w in self.warmup]
         return doc
+
+
+def _warmup_json(w: Warmup) -> dict[str, Any]:
+    inputs: dict[str, Any] = {}
+    for name, i in w.inputs.items():
+        source: dict[str, Any] = (
+            {"zero_data": True}
+            if i.data == "zero"
+            else {"random_data": True}
+            if i.data == "random"
+            else {"input_data_file": i.data}
+        )
+        inputs[name] = {"data_type": config_type(i.datatype), "dims": list(i.dims), **source}
+    return {"name": w.name, "batch_size": w.batch_size, "inputs": inputs, "count": w.count}
 
 
 def _merge_execution_timeout(config: ModelConfig) -> None:
@@ -339,6 +396,29 @@ class _ConfigValidator:
         for key, value in c.parameters.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 self.fail(f"parameters must map strings to strings, got {key!r}: {value!r}")
+        for sample in c.warmup:
+            self._warmup(sample)
+
+    def _warmup(self, w: Warmup) -> None:
+        where = f"warmup '{w.name}'"
+        if not _is_int(w.count) or w.count < 1:
+            self.fail(f"{where}: count must be an integer >= 1, got {w.count!r}")
+        limit = self.config.max_batch_size or 1
+        if not _is_int(w.batch_size) or not 0 <= w.batch_size <= limit:
+            self.fail(f"{where}: batch_size must be between 0 and {limit}, got {w.batch_size!r}")
+        declared = {t.name: t for t in self.config.inputs}
+        unknown = sorted(set(w.inputs) - set(declared))
+        missing = sorted(n for n, t in declared.items() if not t.optional and n not in w.inputs)
+        if unknown or missing:
+            self.fail(f"{where}: unknown input(s) {unknown}, missing input(s) {missing}")
+        for name, i in w.inputs.items():
+            if i.datatype != declared[name].datatype:
+                self.fail(
+                    f"{where}: input '{name}' has datatype {i.datatype}, the model declares "
+                    f"{declared[name].datatype}"
+                )
+            if any(not _is_int(d) or d < 1 for d in i.dims):
+                self.fail(f"{where}: input '{name}' needs concrete dims (>= 1), got {list(i.dims)}")
 
     def _tensors(self, field_name: str, tensors: Sequence[Tensor]) -> None:
         if not tensors:

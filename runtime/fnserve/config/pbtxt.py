@@ -10,6 +10,7 @@ configured), and returns the message for the repository to complete from the mod
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import text_format
@@ -21,6 +22,8 @@ from fnserve.config.model_config import (
     ModelConfig,
     QueuePolicy,
     Tensor,
+    Warmup,
+    WarmupInput,
 )
 from fnserve.errors import ModelConfigError
 from fnserve.protocol import model_config_pb2 as pb
@@ -47,12 +50,13 @@ _SUPPORTED = frozenset(
         "dynamic_batching.max_queue_delay_microseconds", "dynamic_batching.preserve_ordering",
         "dynamic_batching.priority_levels", "dynamic_batching.default_priority_level",
         "dynamic_batching.default_queue_policy", "dynamic_batching.priority_queue_policy",
+        "model_warmup", "model_warmup.name", "model_warmup.batch_size", "model_warmup.inputs",
+        "model_warmup.count",
     }
 )  # fmt: skip
 _UNSUPPORTED = {
     "sequence_batching": "sequence batching is not implemented yet",
     "ensemble_scheduling": "ensembles are not implemented yet",
-    "model_warmup": "warmup is not implemented yet",
     "optimization": "optimization settings (execution accelerators, CUDA graphs) are not "
     "implemented yet",
     "input.reshape": "reshape is not implemented",
@@ -124,8 +128,15 @@ def config_datatype(protocol: str) -> int:
     return int(pb.DataType.Value("TYPE_STRING" if protocol == "BYTES" else f"TYPE_{protocol}"))
 
 
-def to_model_config(message: pb.ModelConfig, version: int) -> ModelConfig:
+def to_model_config(
+    message: pb.ModelConfig, version: int, warmup_dir: Path | None = None
+) -> ModelConfig:
     """fnserve's `ModelConfig` for one version of a completed config message.
+
+    Args:
+        message: the completed config.
+        version: the version it is for.
+        warmup_dir: where `input_data_file`s of warmup samples are (`<model>/warmup/`).
 
     Raises:
         ModelConfigError: a value fnserve (or Triton) refuses.
@@ -143,7 +154,23 @@ def to_model_config(message: pb.ModelConfig, version: int) -> ModelConfig:
         parameters={k: v.string_value for k, v in message.parameters.items()},
         backend=backend,
         platform=message.platform or BACKEND_PLATFORMS.get(backend, ""),
+        warmup=[_warmup(w, warmup_dir) for w in message.model_warmup],
     )
+
+
+def _warmup(w: pb.ModelWarmup, warmup_dir: Path | None) -> Warmup:
+    inputs = {}
+    for name, i in w.inputs.items():
+        where = f"warmup '{w.name}' input '{name}'"
+        source = i.WhichOneof("input_data_type")
+        if source == "input_data_file":
+            data = str((warmup_dir or Path("warmup")) / i.input_data_file)
+        elif source == "random_data":
+            data = "random"
+        else:
+            data = "zero"
+        inputs[name] = WarmupInput(datatype(i.data_type, where), list(i.dims), data)
+    return Warmup(w.name, inputs, w.batch_size, w.count or 1)
 
 
 def _tensor(t: Any, model: str, optional: bool = False) -> Tensor:

@@ -12,19 +12,22 @@ last one asked for), and a second load waits for the first and finds the model R
 swaps them atomically and drains the old one: requests never see a gap. Every loaded model is
 released exactly once, whichever path retires it. Each transition is logged.
 
-WARMING belongs to warmup requests, which no declaration can ask for yet (the pipelines issue
-adds `model_warmup`); until then LOADING goes straight to READY.
+WARMING: the config's warmup samples run (`warmup.py`) before the model is READY; a model
+without warmup samples goes from LOADING straight to READY. A reload warms the new code while
+the old keeps serving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from fnserve.backends.base import ModelSpec
 from fnserve.config.server import ModelDefaults
 from fnserve.errors import RepositoryError, UnavailableError
 from fnserve.repository.loaded import LoadedModel, build_model
+from fnserve.repository.warmup import run_warmup
 from fnserve.scheduling.supervisor import Supervisor
 from fnserve.stats import ModelStats
 from fnserve.types import ModelState
@@ -98,22 +101,48 @@ class ModelHandle:
                 return
             self._enter(ModelState.LOADING)
             try:
-                loaded = await build_model(self.spec, defaults, self._supervisor, self._crashed)
+                loaded = await self._build(self.spec, defaults, announce=True)
             except asyncio.CancelledError:
                 self._enter(ModelState.UNLOADED, "the load was cancelled")
                 raise
             except Exception as exc:
                 self._enter(ModelState.FAILED, _load_reason(exc))
                 raise _load_error(self, exc) from exc
-            loaded.start()
             self.loaded = loaded
             self._enter(ModelState.READY)
+
+    async def _build(self, spec: ModelSpec, defaults: ModelDefaults, announce: bool) -> LoadedModel:
+        """Build, start and warm a model (timed: the statistics keep both durations); what was
+        built is released again if warmup fails. `announce`: enter WARMING while it warms."""
+        start_ns = time.perf_counter_ns()
+        loaded = await build_model(spec, defaults, self._supervisor, self._crashed)
+        loaded.start()
+        warm_ns = time.perf_counter_ns()
+        if loaded.config.warmup:
+            if announce:
+                self._enter(ModelState.WARMING)
+            try:
+                await run_warmup(loaded)
+            except BaseException:
+                await self._retire(loaded, defaults.drain_timeout_s, "failed its warmup")
+                raise
+        done_ns = time.perf_counter_ns()
+        loaded.stats.load_ns, loaded.stats.warmup_ns = warm_ns - start_ns, done_ns - warm_ns
+        loaded.stats.reset_counters()  # warmup requests are not clients' requests
+        log.info(
+            "model '%s' version %s built in %.3f s, warmed in %.3f s",
+            self.name,
+            self.version,
+            (warm_ns - start_ns) / 1e9,
+            (done_ns - warm_ns) / 1e9,
+        )
+        return loaded
 
     async def _reload(self, defaults: ModelDefaults, spec: ModelSpec) -> None:
         old = self.loaded
         assert old is not None
         try:
-            new = await build_model(spec, defaults, self._supervisor, self._crashed)
+            new = await self._build(spec, defaults, announce=False)  # the old one serves
         except Exception as exc:
             log.error(
                 "model '%s' version %s: the new code failed to load, the old keeps serving: %s",
@@ -122,7 +151,6 @@ class ModelHandle:
                 _load_reason(exc),
             )
             raise _load_error(self, exc) from exc
-        new.start()
         self.spec, self.loaded = spec, new  # the swap: new requests go to `new` from here on
         log.info(
             "model '%s' version %s: new code serving, draining the old", self.name, self.version

@@ -122,7 +122,8 @@ def read_model_dir(directory: Path) -> list[ModelFileSpec]:
         completed.backend = backend
         completed.platform = completed.platform or BACKEND_PLATFORMS.get(backend, "")
         _complete(completed, file, backend)
-        specs.append(ModelFileSpec(to_model_config(completed, version), file))
+        config = to_model_config(completed, version, directory / "warmup")
+        specs.append(ModelFileSpec(config, file))
     return specs
 
 

@@ -56,6 +56,20 @@ class RuntimeCollector(Collector):
         yield from _host()
         yield _latency_histogram(stats)
         yield _states(self._runtime.repository_index())
+        yield _load_durations(stats)
+
+
+def _load_durations(stats: list[ModelStats]) -> GaugeMetricFamily:
+    """fnserve only: how long the last load of each version took, building and warming."""
+    family = GaugeMetricFamily(
+        "fnserve_model_load_duration_seconds",
+        "Duration of the last load of each model version, by phase (build, warmup)",
+        labels=[*_LABELS, "phase"],
+    )
+    for s in stats:
+        family.add_metric([s.name, s.version, "build"], s.load_ns / 1e9)
+        family.add_metric([s.name, s.version, "warmup"], s.warmup_ns / 1e9)
+    return family
 
 
 def _states(entries: list[IndexEntry]) -> GaugeMetricFamily:
