@@ -102,7 +102,7 @@ async def _overhead(calls: int) -> None:
     import numpy as np
 
     from fnserve.backends.python import PythonBackend
-    from fnserve.model import InstanceContext
+    from fnserve.model import InstanceContext, ModelDefinition
     from fnserve.repository.discover import discover
     from fnserve.scheduling.pool import Instance, ThreadInstance
     from fnserve.scheduling.process import ProcessInstance
@@ -110,7 +110,9 @@ async def _overhead(calls: int) -> None:
     from fnserve.scheduling.runner import BatchRunner
 
     echo = next(
-        d for d in discover([HERE / "instance_models.py"]) if d.config.name == "echo_process_1"
+        d
+        for d in discover([HERE / "instance_models.py"])
+        if isinstance(d, ModelDefinition) and d.config.name == "echo_process_1"
     )
     ctx = InstanceContext("echo_process_1", 1, 0, "KIND_CPU", "cpu", {})
     loop = asyncio.get_running_loop()

@@ -19,6 +19,7 @@ from fnserve.config.model_config import (
     Warmup,
     WarmupInput,
 )
+from fnserve.ensemble import EnsembleDefinition, Step, ensemble
 from fnserve.errors import (
     FnserveError,
     InvalidInputError,
@@ -30,6 +31,7 @@ from fnserve.model import InstanceContext, ModelDefinition, model
 
 __all__ = [
     "DynamicBatching",
+    "EnsembleDefinition",
     "FnserveError",
     "InstanceContext",
     "InstanceGroup",
@@ -39,9 +41,11 @@ __all__ = [
     "ModelExecutionError",
     "ModelNotFoundError",
     "QueuePolicy",
+    "Step",
     "Tensor",
     "Warmup",
     "WarmupInput",
     "__version__",
+    "ensemble",
     "model",
 ]

@@ -91,7 +91,7 @@ class Runtime:
         failures: Iterable[ImportFailure] = (),
     ) -> None:
         self.supervisor = Supervisor()
-        self.registry = ModelRegistry(self.supervisor)
+        self.registry = ModelRegistry(self.supervisor, self)
         self._source = source
         self._started = False
         self._closing = False

@@ -21,10 +21,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fnserve.ensemble import EnsembleDefinition
 from fnserve.errors import RepositoryError
 from fnserve.model import ModelDefinition
 
-Definition = ModelDefinition[Any, Any]
+Definition = ModelDefinition[Any, Any] | EnsembleDefinition
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,14 @@ class ModelImportError(RepositoryError):
 
 
 def definitions_in(module: ModuleType) -> list[Definition]:
-    """The `@model` definitions a module holds, each once."""
+    """The `@model` definitions and ensembles a module holds, each once (an ensemble's steps
+    too, even when no module-level name holds them)."""
     found: dict[int, Definition] = {}
     for value in vars(module).values():
-        if isinstance(value, ModelDefinition):
+        if isinstance(value, EnsembleDefinition):
+            for step in value.steps:
+                found[id(step)] = step
+        if isinstance(value, ModelDefinition | EnsembleDefinition):
             found[id(value)] = value
     return list(found.values())
 

@@ -188,6 +188,27 @@ class Warmup:
 
 
 @dataclass(frozen=True)
+class EnsembleStep:
+    """One step of an ensemble (Triton's ModelEnsembling.Step).
+
+    Args:
+        model_name: the model this step runs.
+        model_version: its version, -1 for the latest ready one.
+        input_map: the step model's input name -> the ensemble tensor it reads.
+        output_map: the step model's output name -> the ensemble tensor it writes.
+    """
+
+    model_name: str
+    input_map: Mapping[str, str]
+    output_map: Mapping[str, str]
+    model_version: int = -1
+
+    def __post_init__(self) -> None:
+        _freeze(self, "input_map", dict)
+        _freeze(self, "output_map", dict)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Everything fnserve knows about one model version; validated on construction.
 
@@ -207,9 +228,10 @@ class ModelConfig:
     execution_timeout_s: float | None = None
     platform: str = ""  # Triton's platform name, when a config.pbtxt gives one
     warmup: Sequence[Warmup] = ()
+    ensemble: Sequence[EnsembleStep] = ()  # the steps of an ensemble (platform "ensemble")
 
     def __post_init__(self) -> None:
-        for name in ("inputs", "outputs", "instance_group", "warmup"):
+        for name in ("inputs", "outputs", "instance_group", "warmup", "ensemble"):
             _freeze(self, name, tuple)
         _freeze(self, "parameters", dict)
         _ConfigValidator(self).validate()
@@ -264,7 +286,18 @@ class ModelConfig:
             doc["dynamic_batching"] = _batching_json(self.dynamic_batching)
         if self.warmup:
             doc["model_warmup"] = [_warmup_json(w) for w in self.warmup]
+        if self.ensemble:
+            doc["ensemble_scheduling"] = {"step": [_step_json(s) for s in self.ensemble]}
         return doc
+
+
+def _step_json(s: EnsembleStep) -> dict[str, Any]:
+    return {
+        "model_name": s.model_name,
+        "model_version": s.model_version,
+        "input_map": dict(s.input_map),
+        "output_map": dict(s.output_map),
+    }
 
 
 def _warmup_json(w: Warmup) -> dict[str, Any]:
@@ -398,6 +431,34 @@ class _ConfigValidator:
                 self.fail(f"parameters must map strings to strings, got {key!r}: {value!r}")
         for sample in c.warmup:
             self._warmup(sample)
+        if c.ensemble:
+            self._ensemble(c.ensemble)
+
+    def _ensemble(self, steps: Sequence[EnsembleStep]) -> None:
+        """Every step reads tensors that exist, every output is produced, once, with no cycle."""
+        available = {t.name for t in self.config.inputs}
+        produced: dict[str, int] = {}
+        for index, step in enumerate(steps):
+            for tensor in step.output_map.values():
+                if tensor in produced or tensor in available:
+                    self.fail(f"ensemble tensor '{tensor}' is written twice (step {index})")
+                produced[tensor] = index
+        pending = list(enumerate(steps))
+        while pending:  # a topological pass: a step runs once all it reads exists
+            ready = [(i, s) for i, s in pending if set(s.input_map.values()) <= available]
+            if not ready:
+                i, s = pending[0]
+                missing = sorted(set(s.input_map.values()) - available)
+                self.fail(
+                    f"ensemble step {i} ('{s.model_name}') reads {missing}, which no ensemble "
+                    f"input or earlier step provides (or the steps form a cycle)"
+                )
+            for i, s in ready:
+                pending.remove((i, s))
+                available |= set(s.output_map.values())
+        missing = sorted(t.name for t in self.config.outputs if t.name not in available)
+        if missing:
+            self.fail(f"ensemble output(s) {missing} are produced by no step")
 
     def _warmup(self, w: Warmup) -> None:
         where = f"warmup '{w.name}'"

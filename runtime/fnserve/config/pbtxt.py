@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 
 from fnserve.config.model_config import (
     DynamicBatching,
+    EnsembleStep,
     InstanceGroup,
     ModelConfig,
     QueuePolicy,
@@ -30,6 +31,7 @@ from fnserve.protocol import model_config_pb2 as pb
 
 # Triton's platform names and the backend that serves each.
 PLATFORM_BACKENDS = {
+    "ensemble": "ensemble",
     "onnxruntime_onnx": "onnxruntime",
     "pytorch_libtorch": "pytorch",
     "tensorrt_plan": "tensorrt",
@@ -52,11 +54,13 @@ _SUPPORTED = frozenset(
         "dynamic_batching.default_queue_policy", "dynamic_batching.priority_queue_policy",
         "model_warmup", "model_warmup.name", "model_warmup.batch_size", "model_warmup.inputs",
         "model_warmup.count",
+        "ensemble_scheduling", "ensemble_scheduling.step", "ensemble_scheduling.step.model_name",
+        "ensemble_scheduling.step.model_version", "ensemble_scheduling.step.input_map",
+        "ensemble_scheduling.step.output_map",
     }
 )  # fmt: skip
 _UNSUPPORTED = {
     "sequence_batching": "sequence batching is not implemented yet",
-    "ensemble_scheduling": "ensembles are not implemented yet",
     "optimization": "optimization settings (execution accelerators, CUDA graphs) are not "
     "implemented yet",
     "input.reshape": "reshape is not implemented",
@@ -155,6 +159,10 @@ def to_model_config(
         backend=backend,
         platform=message.platform or BACKEND_PLATFORMS.get(backend, ""),
         warmup=[_warmup(w, warmup_dir) for w in message.model_warmup],
+        ensemble=[
+            EnsembleStep(s.model_name, dict(s.input_map), dict(s.output_map), s.model_version)
+            for s in message.ensemble_scheduling.step
+        ],
     )
 
 

@@ -30,7 +30,7 @@ from fnserve.repository.loaded import LoadedModel, build_model
 from fnserve.repository.warmup import run_warmup
 from fnserve.scheduling.supervisor import Supervisor
 from fnserve.stats import ModelStats
-from fnserve.types import ModelState
+from fnserve.types import ModelCaller, ModelState
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,12 @@ class ModelHandle:
     Args:
         spec: the model's definition.
         supervisor: runs the background tasks of whatever this handle loads.
+        caller: what an ensemble calls its steps through (the runtime).
     """
 
-    def __init__(self, spec: ModelSpec, supervisor: Supervisor) -> None:
+    def __init__(
+        self, spec: ModelSpec, supervisor: Supervisor, caller: ModelCaller | None = None
+    ) -> None:
         self.spec = spec
         self.name = spec.config.name
         self.version = str(spec.config.version)
@@ -52,6 +55,7 @@ class ModelHandle:
         self.loaded: LoadedModel | None = None  # set exactly when READY (or DRAINING)
         self._stats = ModelStats(self.name, self.version)  # the last loaded model's, once gone
         self._supervisor = supervisor
+        self._caller = caller
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -115,7 +119,7 @@ class ModelHandle:
         """Build, start and warm a model (timed: the statistics keep both durations); what was
         built is released again if warmup fails. `announce`: enter WARMING while it warms."""
         start_ns = time.perf_counter_ns()
-        loaded = await build_model(spec, defaults, self._supervisor, self._crashed)
+        loaded = await build_model(spec, defaults, self._supervisor, self._crashed, self._caller)
         loaded.start()
         warm_ns = time.perf_counter_ns()
         if loaded.config.warmup:

@@ -16,19 +16,21 @@ import importlib
 import logging
 from collections.abc import Callable
 
-from fnserve.backends.base import BackendFactory, ModelSpec
+from fnserve.backends.base import Backend, BackendFactory, ModelSpec
 from fnserve.backends.devices import cuda_device_count
 from fnserve.backends.registry import factory_for
 from fnserve.config.model_config import InstanceGroup, Isolation, ModelConfig
 from fnserve.config.server import ModelDefaults
 from fnserve.errors import RepositoryError, UnavailableError
 from fnserve.model import InstanceContext
+from fnserve.scheduling.ensemble import EnsembleScheduler
 from fnserve.scheduling.pool import Instance, InstancePool, ThreadInstance
 from fnserve.scheduling.runner import BatchRunner
 from fnserve.scheduling.scheduler import Scheduler, scheduler_for
 from fnserve.scheduling.supervisor import Supervisor
 from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.stats import ModelStats
+from fnserve.types import ModelCaller
 
 log = logging.getLogger(__name__)
 Placement = tuple[InstanceContext, Isolation]
@@ -76,6 +78,7 @@ class LoadedModel:
         defaults: ModelDefaults,
         supervisor: Supervisor,
         on_crash: Callable[[LoadedModel, BaseException], None],
+        caller: ModelCaller | None = None,
     ) -> None:
         self.spec = spec
         self.config: ModelConfig = spec.config
@@ -98,7 +101,15 @@ class LoadedModel:
             supervisor,
             self._crashed,
         )
-        self.scheduler: Scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size)
+        self.scheduler: Scheduler
+        if self.config.ensemble:  # no instances: the steps' models do the work
+            if caller is None:
+                raise RepositoryError(f"ensemble '{self.config.name}' needs a runtime to call")
+            self.scheduler = EnsembleScheduler(
+                self.config, caller, supervisor, defaults.max_queue_size
+            )
+        else:
+            self.scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size)
         self._task: asyncio.Task[None] | None = None
         self._released = False
 
@@ -171,6 +182,7 @@ async def build_model(
     defaults: ModelDefaults,
     supervisor: Supervisor,
     on_crash: Callable[[LoadedModel, BaseException], None],
+    caller: ModelCaller | None = None,
 ) -> LoadedModel:
     """Build every instance of `spec` (off the event loop) and wire its pool and scheduler.
 
@@ -180,6 +192,9 @@ async def build_model(
         RepositoryError: no backend for it, an instance cannot be placed or fails to build.
     """
     config = spec.config
+    if config.ensemble:
+        maker = InstanceMaker(_NoBackend(spec), [], defaults.debug_errors)
+        return LoadedModel(spec, [], maker, defaults, supervisor, on_crash, caller)
     maker = InstanceMaker(factory_for(spec), placements(config), defaults.debug_errors)
     instances: list[Instance] = []
     try:
@@ -189,7 +204,20 @@ async def build_model(
         for instance in instances:
             await run_in_daemon_thread(instance.close)
         raise
-    return LoadedModel(spec, instances, maker, defaults, supervisor, on_crash)
+    return LoadedModel(spec, instances, maker, defaults, supervisor, on_crash, caller)
+
+
+class _NoBackend:
+    """The backend factory of an ensemble, which has no instances to build."""
+
+    name = "ensemble"
+    process_isolation = False
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+
+    def create(self, context: InstanceContext) -> Backend:
+        raise RepositoryError(f"ensemble '{self.spec.config.name}' has no instances")
 
 
 def _process_instance(

@@ -114,9 +114,12 @@ def read_model_dir(directory: Path) -> list[ModelFileSpec]:
     for version in versions:
         folder = directory / str(version)
         backend = _backend(message, folder)
-        file = folder / (message.default_model_filename or DEFAULT_FILES.get(backend, ""))
-        if not file.is_file():
-            raise RepositoryError(f"version {version} has no model file '{file.name}'")
+        if backend == "ensemble":  # no model file: the steps' models do the work
+            file = folder
+        else:
+            file = folder / (message.default_model_filename or DEFAULT_FILES.get(backend, ""))
+            if not file.is_file():
+                raise RepositoryError(f"version {version} has no model file '{file.name}'")
         completed = pb.ModelConfig()
         completed.CopyFrom(message)
         completed.backend = backend
@@ -177,7 +180,7 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
     """Fill in what the config leaves out from the model file (Triton's auto-complete)."""
     if message.input and message.output:
         return
-    if backend != "onnxruntime":
+    if backend != "onnxruntime":  # ensembles, TorchScript, Python: Triton needs them declared
         raise RepositoryError(
             f"the config must declare its inputs and outputs: fnserve completes configs from "
             f"ONNX files only, and this model's backend is '{backend}'"

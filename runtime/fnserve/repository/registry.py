@@ -16,7 +16,7 @@ from fnserve.errors import ModelNotFoundError, ModelNotReadyError, RepositoryErr
 from fnserve.repository.discover import ImportFailure
 from fnserve.repository.handle import ModelHandle
 from fnserve.scheduling.supervisor import Supervisor
-from fnserve.types import IndexEntry, ModelState
+from fnserve.types import IndexEntry, ModelCaller, ModelState
 
 
 class ModelRegistry:
@@ -24,10 +24,12 @@ class ModelRegistry:
 
     Args:
         supervisor: handed to every handle, for the background work of what it loads.
+        caller: handed to every handle, for ensembles to call their steps.
     """
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: Supervisor, caller: ModelCaller | None = None) -> None:
         self._supervisor = supervisor
+        self._caller = caller
         self._handles: dict[str, dict[str, ModelHandle]] = {}
         self._ordered: dict[str, list[ModelHandle]] = {}  # versions by number, for lookups
         self._failed: dict[str, list[IndexEntry]] = {}  # models of files that failed to import
@@ -73,7 +75,7 @@ class ModelRegistry:
                 f"model '{config.name}' version {key} is defined twice: at "
                 f"{versions[key].spec.location()} and at {spec.location()}"
             )
-        handle = versions[key] = ModelHandle(spec, self._supervisor)
+        handle = versions[key] = ModelHandle(spec, self._supervisor, self._caller)
         self._ordered[config.name] = [versions[k] for k in sorted(versions, key=int)]
         return handle
 

@@ -124,7 +124,8 @@ def _find_definition(setup: dict[str, Any]) -> ModelDefinition[Any, Any]:
         candidates = [v for v in vars(module).values() if isinstance(v, ModelDefinition)]
     config = setup["config"]
     for candidate in candidates:
-        if candidate.config.name == config.name and candidate.config.version == config.version:
+        same = candidate.config.name == config.name and candidate.config.version == config.version
+        if same and isinstance(candidate, ModelDefinition):
             return candidate
     raise RepositoryError(
         f"model '{config.name}' version {config.version} is not a module-level name of "

@@ -1,0 +1,144 @@
+"""The ensemble scheduler: each request flows through the steps' own models, as a DAG.
+
+An ensemble has no instances of its own. Every request gets a task that calls the composing
+models through the runtime (`ModelCaller.infer`), so each step queues in that model's
+scheduler and batches with the steps of other requests. A step starts as soon as every
+tensor it reads exists (steps whose inputs are ready run concurrently); tensors pass between
+steps as the same numpy arrays, never serialized or copied. A failing step fails only its
+request, with an error that names the step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+from fnserve.config.model_config import EnsembleStep, ModelConfig
+from fnserve.errors import FnserveError, ModelExecutionError, QueueFullError
+from fnserve.scheduling.request import PendingRequest
+from fnserve.scheduling.supervisor import Supervisor
+from fnserve.types import Array, InferInput, InferRequest, ModelCaller
+
+
+class EnsembleScheduler:
+    """Runs ensemble requests, at most `max_inflight` at once (0: no bound).
+
+    Args:
+        config: the ensemble's config (its `ensemble` steps).
+        caller: what calls the composing models (the runtime).
+        supervisor: runs one task per request.
+        max_inflight: requests running at once before new ones are refused (QueueFullError).
+    """
+
+    def __init__(
+        self, config: ModelConfig, caller: ModelCaller, supervisor: Supervisor, max_inflight: int
+    ) -> None:
+        self._config = config
+        self._caller = caller
+        self._supervisor = supervisor
+        self._max_inflight = max_inflight
+        self._running: dict[asyncio.Task[None], PendingRequest] = {}
+        self._stopped = asyncio.Event()
+
+    def submit_nowait(self, entry: PendingRequest) -> None:
+        if self._max_inflight and len(self._running) >= self._max_inflight:
+            raise QueueFullError(
+                f"exceeds maximum queue size of {self._max_inflight} for model "
+                f"'{self._config.name}'"
+            )
+        task = self._supervisor.spawn(self._serve(entry), f"{self._config.name}-request")
+        self._running[task] = entry
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+
+    def queued(self) -> int:
+        return len(self._running)
+
+    def flush(self) -> None:
+        """Nothing waits to form batches here."""
+
+    def fail_queued(self, error: Exception) -> None:
+        for task, entry in list(self._running.items()):
+            if entry.alive:
+                entry.future.set_exception(error)
+            self._supervisor.stop(task)
+        self._running.clear()
+
+    async def run(self) -> None:
+        """Requests run in their own tasks; this only keeps the scheduler's place."""
+        await self._stopped.wait()
+
+    async def _serve(self, entry: PendingRequest) -> None:
+        try:
+            outputs = await run_steps(self._config, entry.inputs, self._caller)
+        except FnserveError as exc:
+            if entry.alive:
+                entry.future.set_exception(exc)
+            return
+        except Exception as exc:  # a bug in a step's plumbing: still answer the request
+            if entry.alive:
+                entry.future.set_exception(
+                    ModelExecutionError(f"ensemble '{self._config.name}' failed: {exc!r}")
+                )
+            return
+        if entry.alive:
+            entry.future.set_result(outputs)
+
+
+async def run_steps(
+    config: ModelConfig, inputs: Mapping[str, Array], caller: ModelCaller
+) -> dict[str, Array]:
+    """Run the ensemble's steps over `inputs`; the ensemble's outputs by name.
+
+    Raises:
+        FnserveError: a step failed (its message names the step), with the step's status.
+    """
+    declared = {t.name: t.datatype for t in config.inputs}
+    tensors: dict[str, Typed] = {n: (declared[n], a) for n, a in inputs.items()}
+    pending = list(enumerate(config.ensemble))
+    running: dict[asyncio.Task[dict[str, Typed]], tuple[int, EnsembleStep]] = {}
+    try:
+        while pending or running:
+            for index, step in _ready(pending, tensors):
+                pending.remove((index, step))
+                task = asyncio.ensure_future(_step(step, tensors, caller))
+                running[task] = (index, step)
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                index, step = running.pop(task)
+                try:
+                    tensors.update(task.result())
+                except FnserveError as exc:
+                    raise type(exc)(
+                        f"ensemble '{config.name}' step {index} ('{step.model_name}') failed: "
+                        f"{exc.message}"
+                    ) from exc
+    finally:
+        for task in running:  # a failed step ends the request: stop its siblings
+            task.cancel()
+    return {t.name: tensors[t.name][1] for t in config.outputs}
+
+
+Typed = tuple[str, Array]  # (protocol datatype, array) of an ensemble tensor
+
+
+def _ready(
+    pending: Sequence[tuple[int, EnsembleStep]], tensors: Mapping[str, Typed]
+) -> list[tuple[int, EnsembleStep]]:
+    return [(i, s) for i, s in pending if all(t in tensors for t in s.input_map.values())]
+
+
+async def _step(
+    step: EnsembleStep, tensors: Mapping[str, Typed], caller: ModelCaller
+) -> dict[str, Typed]:
+    request = InferRequest(
+        step.model_name,
+        tuple(InferInput(name, *tensors[source]) for name, source in step.input_map.items()),
+        model_version="" if step.model_version < 0 else str(step.model_version),
+        outputs=tuple(step.output_map),
+    )
+    response = await caller.infer(request)
+    produced = {o.name: (o.datatype, o.data) for o in response.outputs}
+    return {target: produced[name] for name, target in step.output_map.items()}

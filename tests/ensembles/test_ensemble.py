@@ -1,0 +1,119 @@
+"""Ensembles: steps run in their own models (batching across requests), as a DAG, and a failing
+step fails only its request, naming the step."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from fnserve import DynamicBatching, Step, Tensor, ensemble, model
+from fnserve.errors import ModelConfigError, ModelExecutionError
+from fnserve.runtime import Runtime
+from fnserve.types import InferInput, InferRequest
+
+
+def _f(name: str) -> Tensor:
+    return Tensor(name, "FP32", [1])
+
+
+@model(inputs=[_f("X")], outputs=[_f("A")], max_batch_size=64, dynamic_batching=DynamicBatching())
+def double(X: np.ndarray) -> np.ndarray:
+    return X * 2
+
+
+ENCODER_BATCHES: list[int] = []
+
+
+@model(inputs=[_f("A")], outputs=[_f("B")], max_batch_size=64, dynamic_batching=DynamicBatching())
+async def plus_one(A: np.ndarray) -> np.ndarray:
+    ENCODER_BATCHES.append(len(A))
+    await asyncio.sleep(0.002)  # long enough for requests to pile up behind it
+    return A + 1
+
+
+@model(inputs=[_f("A")], outputs=[_f("C")], max_batch_size=64, dynamic_batching=DynamicBatching())
+def square(A: np.ndarray) -> np.ndarray:
+    result: np.ndarray = A * A
+    return result
+
+
+@model(
+    inputs=[_f("B"), _f("C")],
+    outputs=[_f("Y")],
+    max_batch_size=64,
+    dynamic_batching=DynamicBatching(),
+)
+def join(B: np.ndarray, C: np.ndarray) -> np.ndarray:
+    result: np.ndarray = B + C
+    return result
+
+
+@model(inputs=[_f("B")], outputs=[_f("Y")], max_batch_size=64)
+def picky(B: np.ndarray) -> np.ndarray:
+    if (B > 100).any():
+        raise ValueError("too large")
+    return B
+
+
+chain = ensemble("chain", steps=[double, plus_one, Step(picky)])
+diamond = ensemble("diamond", steps=[double, plus_one, square, join])  # A feeds two branches
+
+
+def _request(name: str, x: float) -> InferRequest:
+    return InferRequest(name, (InferInput("X", "FP32", np.array([[x]], np.float32)),))
+
+
+async def _runtime() -> Runtime:
+    runtime = Runtime([double, plus_one, square, join, picky, chain, diamond])
+    await runtime.start()
+    return runtime
+
+
+def test_the_mapping_is_made_from_the_names() -> None:
+    config = diamond.config
+    assert [t.name for t in config.inputs] == ["X"]
+    assert [t.name for t in config.outputs] == ["Y"]
+    assert config.max_batch_size == 64
+    assert [s.model_name for s in config.ensemble] == ["double", "plus_one", "square", "join"]
+    assert config.to_json()["ensemble_scheduling"]["step"][3]["input_map"] == {"B": "B", "C": "C"}
+
+
+async def test_two_hundred_concurrent_requests_each_get_their_answer_and_steps_batch() -> None:
+    runtime = await _runtime()
+    ENCODER_BATCHES.clear()
+    xs = [float(i) for i in range(200)]
+    responses = await asyncio.gather(*(runtime.infer(_request("diamond", x)) for x in xs))
+    for x, response in zip(xs, responses, strict=True):
+        assert response.outputs[0].data[0, 0] == (2 * x + 1) + (2 * x) ** 2
+    (encoder,) = runtime.statistics("plus_one")
+    assert encoder.inference_count == 200
+    assert encoder.execution_count < 200  # steps of different requests batched together
+    assert max(ENCODER_BATCHES) > 1
+    (whole,) = runtime.statistics("diamond")
+    assert whole.success.count == 200
+    await runtime.aclose()
+
+
+async def test_a_failing_step_fails_only_its_request_and_names_the_step() -> None:
+    runtime = await _runtime()
+    good, bad = await asyncio.gather(
+        runtime.infer(_request("chain", 1.0)),
+        runtime.infer(_request("chain", 100.0)),
+        return_exceptions=True,
+    )
+    assert not isinstance(good, BaseException)
+    assert good.outputs[0].data[0, 0] == 3.0
+    assert isinstance(bad, ModelExecutionError)
+    assert "ensemble 'chain' step 2 ('picky') failed" in bad.message
+    assert "too large" in bad.message
+    await runtime.aclose()
+
+
+def test_a_tensor_nothing_provides_is_refused() -> None:
+    with pytest.raises(ModelConfigError, match=r"output\(s\) \['Z'\] are produced by no step"):
+        ensemble("broken", steps=[double], outputs=["Z"])
+    unbatched = model(inputs=[_f("A")], outputs=[_f("Q")])(lambda A: A)
+    with pytest.raises(ModelConfigError, match="all batch or all not batch"):
+        ensemble("mixed", steps=[double, unbatched])

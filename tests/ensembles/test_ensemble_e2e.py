@@ -1,0 +1,100 @@
+"""Ensembles served by the real server: Triton's config.pbtxt ensemble over ONNX models and a
+Python `ensemble(...)` over @model steps, called with tritonclient over HTTP and gRPC."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.repository.onnx_models import add_one
+from tests.serverproc import ServerProcess
+
+pytestmark = pytest.mark.e2e
+ADD_TWO = """
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "add_one" model_version: -1
+      input_map { key: "X" value: "IN" } output_map { key: "Y" value: "mid" } },
+    { model_name: "add_one" model_version: -1
+      input_map { key: "X" value: "mid" } output_map { key: "Y" value: "OUT" } }
+  ]
+}
+"""
+PIPELINE = """
+import numpy as np
+from fnserve import DynamicBatching, Tensor, ensemble, model
+
+@model(inputs=[Tensor("TEXT", "BYTES", [1])], outputs=[Tensor("LEN", "FP32", [1])],
+       max_batch_size=16, dynamic_batching=DynamicBatching())
+def measure(TEXT):
+    return np.array([[float(len(t[0]))] for t in TEXT], np.float32)
+
+@model(inputs=[Tensor("LEN", "FP32", [1])], outputs=[Tensor("SCORE", "FP32", [1])],
+       max_batch_size=16, dynamic_batching=DynamicBatching())
+def score(LEN):
+    return LEN * 10
+
+pipeline = ensemble("pipeline", steps=[measure, score])
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("repo")
+    add_one(root / "add_one" / "1" / "model.onnx")
+    (root / "add_two" / "1").mkdir(parents=True)
+    (root / "add_two" / "config.pbtxt").write_text(ADD_TWO)
+    functions = tmp_path_factory.mktemp("functions")
+    (functions / "pipeline.py").write_text(PIPELINE)
+    with ServerProcess.start(root, functions) as running:
+        yield running
+        assert running.stop() == 0
+
+
+def test_config_pbtxt_ensemble_over_onnx_steps(server: ServerProcess) -> None:
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    http = httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+    tensor = httpclient.InferInput("IN", [2, 4], "FP32")
+    tensor.set_data_from_numpy(x)
+    np.testing.assert_array_equal(http.infer("add_two", [tensor]).as_numpy("OUT"), x + 2)
+    grpc = grpcclient.InferenceServerClient(server.grpc)
+    gtensor = grpcclient.InferInput("IN", [2, 4], "FP32")
+    gtensor.set_data_from_numpy(x)
+    np.testing.assert_array_equal(grpc.infer("add_two", [gtensor]).as_numpy("OUT"), x + 2)
+    assert http.get_model_metadata("add_two")["platform"] == "ensemble"
+    steps = http.get_model_config("add_two")["ensemble_scheduling"]["step"]
+    assert [s["model_name"] for s in steps] == ["add_one", "add_one"]
+    stats = http.get_inference_statistics("add_one")["model_stats"][0]
+    assert stats["inference_count"] >= 8  # two steps x two requests x two rows
+
+
+def test_python_ensemble_with_bytes(server: ServerProcess) -> None:
+    http = httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+    text = np.array([[b"abc"], [b"hello"]], dtype=object)
+    tensor = httpclient.InferInput("TEXT", [2, 1], "BYTES")
+    tensor.set_data_from_numpy(text)
+    result = http.infer("pipeline", [tensor]).as_numpy("SCORE")
+    np.testing.assert_array_equal(result, np.array([[30.0], [50.0]], np.float32))
+    index = {e["name"]: e["state"] for e in http.get_model_repository_index()}
+    assert index["pipeline"] == index["measure"] == index["score"] == "READY"
+
+
+def test_a_missing_step_model_fails_the_request_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "add_two" / "1").mkdir(parents=True)
+    (tmp_path / "add_two" / "config.pbtxt").write_text(ADD_TWO)
+    with ServerProcess.start(tmp_path) as server:
+        http = httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+        tensor = httpclient.InferInput("IN", [1, 4], "FP32")
+        tensor.set_data_from_numpy(np.zeros((1, 4), np.float32))
+        with pytest.raises(Exception, match="step 0 \\('add_one'\\) failed: unknown model"):
+            http.infer("add_two", [tensor])
+        assert server.stop() == 0
