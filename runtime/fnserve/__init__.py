@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from fnserve.calls import infer, infer_blocking
 from fnserve.config.model_config import (
     DynamicBatching,
     InstanceGroup,
@@ -47,5 +48,7 @@ __all__ = [
     "WarmupInput",
     "__version__",
     "ensemble",
+    "infer",
+    "infer_blocking",
     "model",
 ]

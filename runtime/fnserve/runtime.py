@@ -297,6 +297,9 @@ class Runtime:
         """
         if self._closing:
             raise UnavailableError("the server is shutting down")
+        if request.call_chain and request.model_name in request.call_chain:
+            cycle = " -> ".join((*request.call_chain, request.model_name))
+            raise ModelExecutionError(f"model call cycle: {cycle}")
         loaded = self._loaded(request.model_name, request.model_version)
         start_ns = time.perf_counter_ns()
         stats = loaded.stats

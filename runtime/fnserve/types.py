@@ -62,6 +62,7 @@ class InferRequest:
     id: str = ""
     outputs: tuple[str, ...] | None = None
     parameters: Mapping[str, ParamValue] = field(default_factory=dict)
+    call_chain: tuple[str, ...] = ()  # models it is called from (in-process calls; not wire)
 
 
 @dataclass(frozen=True, slots=True)

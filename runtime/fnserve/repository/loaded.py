@@ -19,6 +19,7 @@ from collections.abc import Callable
 from fnserve.backends.base import Backend, BackendFactory, ModelSpec
 from fnserve.backends.devices import cuda_device_count
 from fnserve.backends.registry import factory_for
+from fnserve.calls import ModelClient
 from fnserve.config.model_config import InstanceGroup, Isolation, ModelConfig
 from fnserve.config.server import ModelDefaults
 from fnserve.errors import RepositoryError, UnavailableError
@@ -40,11 +41,16 @@ class InstanceMaker:
     """The pool's instance factory: builds instance `index` of one model (blocking user code)."""
 
     def __init__(
-        self, factory: BackendFactory, placements: list[Placement], debug_errors: bool
+        self,
+        factory: BackendFactory,
+        placements: list[Placement],
+        debug_errors: bool,
+        client: ModelClient | None = None,
     ) -> None:
         self.factory = factory
         self.placements = placements
         self._debug_errors = debug_errors
+        self._client = client  # lets the model's code call other models
 
     def __len__(self) -> int:
         return len(self.placements)
@@ -55,6 +61,7 @@ class InstanceMaker:
         if isolation == "process":
             return _process_instance(self.factory, context, self._debug_errors)
         runner = BatchRunner(config, self.factory.create(context), self._debug_errors)
+        runner.client = self._client
         return ThreadInstance(index, runner, f"{config.name}-{index}")
 
 
@@ -195,7 +202,8 @@ async def build_model(
     if config.ensemble:
         maker = InstanceMaker(_NoBackend(spec), [], defaults.debug_errors)
         return LoadedModel(spec, [], maker, defaults, supervisor, on_crash, caller)
-    maker = InstanceMaker(factory_for(spec), placements(config), defaults.debug_errors)
+    client = None if caller is None else ModelClient(caller, asyncio.get_running_loop())
+    maker = InstanceMaker(factory_for(spec), placements(config), defaults.debug_errors, client)
     instances: list[Instance] = []
     try:
         for index in range(len(maker)):

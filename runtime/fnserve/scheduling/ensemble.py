@@ -72,7 +72,8 @@ class EnsembleScheduler:
 
     async def _serve(self, entry: PendingRequest) -> None:
         try:
-            outputs = await run_steps(self._config, entry.inputs, self._caller)
+            chain = (*entry.call_chain, self._config.name)
+            outputs = await run_steps(self._config, entry.inputs, self._caller, chain)
         except FnserveError as exc:
             if entry.alive:
                 entry.future.set_exception(exc)
@@ -88,7 +89,10 @@ class EnsembleScheduler:
 
 
 async def run_steps(
-    config: ModelConfig, inputs: Mapping[str, Array], caller: ModelCaller
+    config: ModelConfig,
+    inputs: Mapping[str, Array],
+    caller: ModelCaller,
+    chain: tuple[str, ...] = (),
 ) -> dict[str, Array]:
     """Run the ensemble's steps over `inputs`; the ensemble's outputs by name.
 
@@ -103,7 +107,7 @@ async def run_steps(
         while pending or running:
             for index, step in _ready(pending, tensors):
                 pending.remove((index, step))
-                task = asyncio.ensure_future(_step(step, tensors, caller))
+                task = asyncio.ensure_future(_step(step, tensors, caller, chain))
                 running[task] = (index, step)
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -131,13 +135,14 @@ def _ready(
 
 
 async def _step(
-    step: EnsembleStep, tensors: Mapping[str, Typed], caller: ModelCaller
+    step: EnsembleStep, tensors: Mapping[str, Typed], caller: ModelCaller, chain: tuple[str, ...]
 ) -> dict[str, Typed]:
     request = InferRequest(
         step.model_name,
         tuple(InferInput(name, *tensors[source]) for name, source in step.input_map.items()),
         model_version="" if step.model_version < 0 else str(step.model_version),
         outputs=tuple(step.output_map),
+        call_chain=chain,  # an ensemble that reaches itself fails instead of recursing
     )
     response = await caller.infer(request)
     produced = {o.name: (o.datatype, o.data) for o in response.outputs}

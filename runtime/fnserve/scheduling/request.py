@@ -38,6 +38,7 @@ class PendingRequest:
     enqueued_ns: int = 0
     level: int = 0
     timer: asyncio.TimerHandle | None = None
+    call_chain: tuple[str, ...] = ()  # the models it was called from (business logic)
 
     @property
     def alive(self) -> bool:
@@ -67,6 +68,7 @@ def prepare(config: ModelConfig, request: InferRequest) -> PendingRequest:
         timeout_us=timeout_us,
         parameters=custom,
         enqueued_ns=time.perf_counter_ns(),
+        call_chain=request.call_chain,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from fnserve.backends.base import Backend
+from fnserve.calls import CALL_CHAIN, CURRENT_CLIENT, ModelClient
 from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.errors import FnserveError, ModelExecutionError
 from fnserve.scheduling.request import PendingRequest
@@ -39,6 +40,7 @@ class BatchRunner:
         self.config = config
         self.backend = backend
         self.is_async = backend.is_async
+        self.client: ModelClient | None = None  # set when the model may call other models
         self._outputs = config.outputs
         self._dtypes = {t.name: numpy_dtype(t.datatype) for t in config.outputs}
         self._model_errors = _ModelErrors(
@@ -50,7 +52,13 @@ class BatchRunner:
         t0 = time.perf_counter_ns()
         inputs, parameters = merge_inputs(batch), [e.parameters for e in batch]
         t1 = time.perf_counter_ns()
-        return self._finish(batch, self.call(inputs, parameters), t0, t1)
+        if self.client is None:
+            return self._finish(batch, self.call(inputs, parameters), t0, t1)
+        tokens = self._enter_calls(batch)
+        try:
+            return self._finish(batch, self.call(inputs, parameters), t0, t1)
+        finally:
+            _leave_calls(tokens)
 
     async def arun(
         self, batch: Sequence[PendingRequest]
@@ -59,7 +67,20 @@ class BatchRunner:
         t0 = time.perf_counter_ns()
         inputs, parameters = merge_inputs(batch), [e.parameters for e in batch]
         t1 = time.perf_counter_ns()
-        return self._finish(batch, await self.acall(inputs, parameters), t0, t1)
+        if self.client is None:
+            return self._finish(batch, await self.acall(inputs, parameters), t0, t1)
+        tokens = self._enter_calls(batch)
+        try:
+            return self._finish(batch, await self.acall(inputs, parameters), t0, t1)
+        finally:
+            _leave_calls(tokens)
+
+    def _enter_calls(self, batch: Sequence[PendingRequest]) -> tuple[Any, Any]:
+        """Let the model's code call other models (`fnserve.infer`) for this batch: the
+        chain is every request's chain, then this model."""
+        chain = dict.fromkeys(name for e in batch for name in e.call_chain)
+        chain[self.config.name] = None
+        return CALL_CHAIN.set(tuple(chain)), CURRENT_CLIENT.set(self.client)
 
     def call(
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
@@ -204,3 +225,8 @@ class _ModelErrors:
             message = f"model '{self.model}' raised {type(exc).__name__}: {exc}"
         log.warning("%s", message, exc_info=exc)
         raise ModelExecutionError(message if self.debug_errors else scrub_paths(message)) from exc
+
+
+def _leave_calls(tokens: tuple[Any, Any]) -> None:
+    CALL_CHAIN.reset(tokens[0])
+    CURRENT_CLIENT.reset(tokens[1])

@@ -1,0 +1,141 @@
+"""Models calling models (business logic), in-process.
+
+Inside a model's code:
+
+```python
+@model(...)
+async def router(TEXT):                       # an async model awaits
+    out = await fnserve.infer("encoder", {"TEXT": TEXT})
+    return out["EMBEDDING"]
+
+@model(...)
+def legacy(X):                                # a sync model (on its own thread) blocks
+    return fnserve.infer_blocking("scaler", {"X": X})["Y"]
+```
+The call goes through the callee's own scheduler (so it batches with everyone else's
+requests), arrays come back as they are (no copy), and the callee's errors arrive as the same
+`FnserveError`s clients see. Every request carries the chain of models it was called through;
+a call that would close a cycle (`a -> b -> a`) fails at once with an error naming the chain,
+instead of deadlocking on an instance that waits for itself. Cancelling the outer request of
+an async model cancels the calls it is awaiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fnserve.errors import FnserveError, InvalidInputError
+from fnserve.types import Array, InferInput, InferRequest, ModelCaller
+
+# The models the batch being executed was called through (with the executing model last),
+# and the client of the instance executing it; set by the batch runner around each batch.
+CALL_CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "fnserve_call_chain", default=()
+)
+CURRENT_CLIENT: contextvars.ContextVar[ModelClient | None] = contextvars.ContextVar(
+    "fnserve_model_client", default=None
+)
+_DATATYPES = {
+    "bool": "BOOL", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32",
+    "uint64": "UINT64", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
+    "float16": "FP16", "float32": "FP32", "float64": "FP64", "object": "BYTES",
+}  # fmt: skip
+
+
+class ModelClient:
+    """Calls models of the runtime that serves the calling model.
+
+    Args:
+        caller: the runtime.
+        loop: its event loop (sync models call from their own threads).
+    """
+
+    def __init__(self, caller: ModelCaller, loop: asyncio.AbstractEventLoop) -> None:
+        self._caller = caller
+        self._loop = loop
+
+    async def ainfer(
+        self,
+        model: str,
+        inputs: Mapping[str, Array],
+        version: str = "",
+        outputs: Sequence[str] | None = None,
+        chain: tuple[str, ...] | None = None,
+    ) -> dict[str, Array]:
+        """Run `model` on `inputs` (numpy arrays by input name); its outputs by name.
+
+        Raises:
+            FnserveError: of the class the callee's clients would get (unknown model, bad
+                input, its failure; ModelExecutionError for a call cycle), its message naming
+                the call. Uncaught, it answers the outer request with the same status.
+        """
+        request = InferRequest(
+            model,
+            tuple(InferInput(n, _datatype(a), np.asarray(a)) for n, a in inputs.items()),
+            model_version=version,
+            outputs=None if outputs is None else tuple(outputs),
+            call_chain=CALL_CHAIN.get() if chain is None else chain,
+        )
+        try:
+            response = await self._caller.infer(request)
+        except FnserveError as exc:  # the callee's status, with the call named
+            raise type(exc)(f"call to model '{model}' failed: {exc.message}") from exc
+        return {o.name: o.data for o in response.outputs}
+
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Array],
+        version: str = "",
+        outputs: Sequence[str] | None = None,
+    ) -> dict[str, Array]:
+        """`ainfer` for synchronous models: blocks their thread until the answer is there.
+
+        Raises:
+            RuntimeError: called on the event loop's own thread (an async model must await
+                `ainfer`; blocking there would stop the server).
+        """
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError(
+                "infer_blocking() was called on the event loop: in an async model use "
+                "`await fnserve.infer(...)`"
+            )
+        coro = self.ainfer(model, inputs, version, outputs, chain=CALL_CHAIN.get())
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+
+def _datatype(array: Any) -> str:
+    return _DATATYPES.get(str(np.asarray(array).dtype), "BYTES")
+
+
+def _client() -> ModelClient:
+    client = CURRENT_CLIENT.get()
+    if client is None:
+        raise InvalidInputError(
+            "fnserve.infer() calls other models from inside a model served by fnserve; here no "
+            "model is executing"
+        )
+    return client
+
+
+async def infer(
+    model: str, inputs: Mapping[str, Array], version: str = "", outputs: Sequence[str] | None = None
+) -> dict[str, Array]:
+    """From an async model: call another model of the same server (see the module doc)."""
+    return await _client().ainfer(model, inputs, version, outputs)
+
+
+def infer_blocking(
+    model: str, inputs: Mapping[str, Array], version: str = "", outputs: Sequence[str] | None = None
+) -> dict[str, Array]:
+    """From a sync model: call another model of the same server, blocking until it answers."""
+    return _client().infer(model, inputs, version, outputs)
