@@ -129,16 +129,16 @@ def test_a_changed_model_file_is_served_after_a_load(tmp_path: Path) -> None:
 
 def test_a_backend_fnserve_lacks_fails_only_that_model(tmp_path: Path) -> None:
     root = repository(tmp_path / "repo")
-    (root / "torchy" / "1").mkdir(parents=True)
-    (root / "torchy" / "1" / "model.pt").write_bytes(b"not used")
-    (root / "torchy" / "config.pbtxt").write_text(
-        'platform: "pytorch_libtorch"\n'
+    (root / "planned" / "1").mkdir(parents=True)
+    (root / "planned" / "1" / "model.plan").write_bytes(b"not used")
+    (root / "planned" / "config.pbtxt").write_text(
+        'platform: "tensorrt_plan"\n'
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
     )
     with ServerProcess.start(root) as server:
         index = {e["name"]: e for e in _http(server).get_model_repository_index()}
-        assert index["torchy"]["state"] == "UNAVAILABLE"
-        assert "backend 'pytorch'" in index["torchy"]["reason"]
+        assert index["planned"]["state"] == "UNAVAILABLE"
+        assert "backend 'tensorrt'" in index["planned"]["reason"]
         assert index["add_one"]["state"] == "READY"
         assert server.stop() == 0

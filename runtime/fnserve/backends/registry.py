@@ -23,6 +23,8 @@ def factory_for(spec: ModelSpec) -> BackendFactory:
         return PythonBackendFactory(definition)
     if isinstance(spec, ModelFileSpec) and backend == "onnxruntime":
         return _onnxruntime_factory(spec)
+    if isinstance(spec, ModelFileSpec) and backend == "pytorch":
+        return _pytorch_factory(spec)
     raise RepositoryError(
         f"model '{spec.config.name}' ({spec.location()}) asks for backend '{backend}', which "
         f"fnserve does not provide"
@@ -39,3 +41,15 @@ def _onnxruntime_factory(spec: ModelFileSpec) -> BackendFactory:
             f"which is not installed: pip install 'fnserve[onnx]'"
         ) from exc
     return OnnxRuntimeBackendFactory(spec)
+
+
+def _pytorch_factory(spec: ModelFileSpec) -> BackendFactory:
+    """Imported here: torch is an optional, heavy dependency only its models pay for."""
+    try:
+        from fnserve.backends.pytorch import PyTorchBackendFactory
+    except ImportError as exc:
+        raise RepositoryError(
+            f"model '{spec.config.name}' ({spec.location()}) needs the pytorch backend, "
+            f"which is not installed: pip install 'fnserve[torch]'"
+        ) from exc
+    return PyTorchBackendFactory(spec)

@@ -1,0 +1,147 @@
+"""A Triton-layout repository of PyTorch models (TorchScript `model.pt`, torch.export
+`model.pt2`), served by the real server and driven with tritonclient over HTTP and gRPC."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.serverproc import ServerProcess
+
+pytestmark = pytest.mark.e2e
+W = np.arange(6, dtype=np.float32).reshape(3, 2)
+B = np.array([0.5, -1.0], dtype=np.float32)
+
+AFFINE_CONFIG = """
+name: "affine"
+platform: "pytorch_libtorch"
+max_batch_size: 8
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }
+"""
+SUM_DIFF_CONFIG = """
+platform: "pytorch_libtorch"
+default_model_filename: "model.pt2"
+max_batch_size: 8
+input [
+  { name: "A" data_type: TYPE_FP32 dims: [ 2 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ 2 ] }
+]
+output [
+  { name: "SUM" data_type: TYPE_FP32 dims: [ 2 ] },
+  { name: "DIFF" data_type: TYPE_FP32 dims: [ 2 ] }
+]
+dynamic_batching { }
+"""
+BROKEN_CONFIG = """
+platform: "pytorch_libtorch"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+class Affine(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.from_numpy(W.copy()))
+        self.bias = torch.nn.Parameter(torch.from_numpy(B.copy()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight + self.bias
+
+
+class SumDiff(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return a + b, a - b
+
+
+def repository(root: Path) -> Path:
+    """affine (TorchScript), sum_diff (torch.export) and broken (not a model) under `root`."""
+    for name, config in (
+        ("affine", AFFINE_CONFIG),
+        ("sum_diff", SUM_DIFF_CONFIG),
+        ("broken", BROKEN_CONFIG),
+    ):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(config)
+    traced = torch.jit.trace(Affine(), torch.ones(2, 3))  # type: ignore[no-untyped-call]
+    traced.save(str(root / "affine" / "1" / "model.pt"))
+    batch = torch.export.Dim("batch", min=1, max=8)
+    program = torch.export.export(
+        SumDiff(), (torch.ones(2, 2), torch.ones(2, 2)), dynamic_shapes=({0: batch}, {0: batch})
+    )
+    torch.export.save(program, str(root / "sum_diff" / "1" / "model.pt2"))
+    (root / "broken" / "1" / "model.pt").write_bytes(b"not a TorchScript archive")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = repository(tmp_path_factory.mktemp("torch_repository"))
+    with ServerProcess.start(root) as running:
+        yield running
+        assert running.stop() == 0
+
+
+def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(server.http.removeprefix("http://"), concurrency=8)
+
+
+def test_config_and_metadata_say_pytorch(server: ServerProcess) -> None:
+    client = _http(server)
+    config = client.get_model_config("affine")
+    assert config["platform"] == "pytorch_libtorch"
+    assert config["backend"] == "pytorch"
+    assert config["max_batch_size"] == 8
+    metadata = client.get_model_metadata("affine")
+    assert metadata["platform"] == "pytorch_libtorch"
+    assert metadata["inputs"] == [{"name": "INPUT__0", "datatype": "FP32", "shape": [-1, 3]}]
+    assert metadata["outputs"] == [{"name": "OUTPUT__0", "datatype": "FP32", "shape": [-1, 2]}]
+
+
+def test_torchscript_over_http_equals_numpy(server: ServerProcess) -> None:
+    client = _http(server)
+    xs = [np.random.default_rng(i).standard_normal((1 + i % 4, 3)).astype(np.float32)
+          for i in range(16)]  # fmt: skip
+    pending = []
+    for x in xs:  # concurrent requests: dynamic batching may merge them
+        tensor = httpclient.InferInput("INPUT__0", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        pending.append(client.async_infer("affine", [tensor]))
+    for x, request in zip(xs, pending, strict=True):
+        np.testing.assert_allclose(request.get_result().as_numpy("OUTPUT__0"), x @ W + B, rtol=1e-6)
+
+
+def test_exported_program_over_grpc_maps_the_tuple_in_order(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc)
+    a = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32)
+    b = np.array([[0.5, 0.5], [1.0, -1.0], [2.0, 0.0]], np.float32)
+    tensors = []
+    for name, value in (("B", b), ("A", a)):  # sent in either order: the config's order counts
+        tensor = grpcclient.InferInput(name, list(value.shape), "FP32")
+        tensor.set_data_from_numpy(value)
+        tensors.append(tensor)
+    result = client.infer("sum_diff", tensors)
+    np.testing.assert_array_equal(result.as_numpy("SUM"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("DIFF"), a - b)
+    x = np.ones((2, 3), np.float32)
+    tensor = grpcclient.InferInput("INPUT__0", [2, 3], "FP32")
+    tensor.set_data_from_numpy(x)
+    np.testing.assert_allclose(client.infer("affine", [tensor]).as_numpy("OUTPUT__0"), x @ W + B)
+
+
+def test_an_unloadable_file_fails_only_its_model(server: ServerProcess) -> None:
+    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    assert index["affine"]["state"] == "READY"
+    assert index["sum_diff"]["state"] == "READY"
+    assert index["broken"]["state"] == "UNAVAILABLE"
+    assert "torch cannot load model.pt" in index["broken"]["reason"]
