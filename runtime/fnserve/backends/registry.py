@@ -6,6 +6,7 @@ from typing import Any
 
 from fnserve.backends.base import BackendFactory, ModelFileSpec, ModelSpec
 from fnserve.backends.python import PythonBackendFactory
+from fnserve.backends.triton_python.backend import TritonPythonBackendFactory
 from fnserve.errors import RepositoryError
 from fnserve.model import ModelDefinition
 
@@ -25,6 +26,8 @@ def factory_for(spec: ModelSpec) -> BackendFactory:
         return _onnxruntime_factory(spec)
     if isinstance(spec, ModelFileSpec) and backend == "pytorch":
         return _pytorch_factory(spec)
+    if isinstance(spec, ModelFileSpec) and backend == "python":
+        return TritonPythonBackendFactory(spec)
     raise RepositoryError(
         f"model '{spec.config.name}' ({spec.location()}) asks for backend '{backend}', which "
         f"fnserve does not provide"

@@ -1,0 +1,364 @@
+"""fnserve's `triton_python_backend_utils`: the part of Triton's python_backend API that
+`model.py` files commonly use, so they run unchanged (`import triton_python_backend_utils as
+pb_utils` finds this module: the backend installs it in `sys.modules` under that name).
+
+Tensors live in host memory as numpy arrays (BYTES as object arrays of `bytes`), as fnserve
+hands them over. What a model may touch but fnserve does not provide (BLS `exec`, decoupled
+response senders, `ModelConfig` auto-completion, ...) fails with a `TritonModelException`
+naming the call, never with a bare AttributeError deep in the user's code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+
+__all__ = [
+    "InferenceRequest",
+    "InferenceResponse",
+    "Logger",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "numpy_to_triton_type",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+]
+
+log = logging.getLogger("fnserve.triton_python")
+
+# Triton's config datatype strings -> numpy (TYPE_STRING is BYTES: object arrays of bytes).
+TRITON_STRING_TO_NUMPY: dict[str, Any] = {
+    "TYPE_BOOL": np.bool_,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+# TRITONSERVER_DataType codes (1 BOOL ... 13 BYTES) -> numpy; BF16 (14) has no numpy type.
+_CODE_TO_NUMPY: dict[int, Any] = {
+    code: TRITON_STRING_TO_NUMPY[name] for code, name in enumerate(TRITON_STRING_TO_NUMPY, start=1)
+}
+_NUMPY_TO_CODE: dict[Any, int] = {np.dtype(t): code for code, t in _CODE_TO_NUMPY.items()}
+
+
+class TritonModelException(Exception):  # noqa: N818 (Triton's name)
+    """What Triton's utilities raise; `message()` gives the text."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self) -> str:
+        return self._msg
+
+
+class NotProvidedError(TritonModelException, AttributeError):
+    """A pb_utils name fnserve does not provide; an AttributeError too, so `hasattr` and
+    `getattr(pb_utils, name, default)` feature checks in models keep working."""
+
+
+class TritonError:
+    """An error a model puts in an `InferenceResponse` (or a response sender) for the client."""
+
+    # Triton's status codes, as class attributes (`TritonError(msg, TritonError.INVALID_ARG)`).
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        self._message = message
+        self._code = code
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def __str__(self) -> str:
+        return self._message
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r})"
+
+
+class Tensor:
+    """A named tensor of an InferenceRequest or InferenceResponse, held as a numpy array.
+
+    Args:
+        name: the tensor's name.
+        numpy_array: its data (anything `np.asarray` takes; BYTES as an object array).
+    """
+
+    def __init__(self, name: str, numpy_array: Any) -> None:
+        self._name = name
+        self._array: np.ndarray[Any, Any] = np.asarray(numpy_array)
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray[Any, Any]:
+        return self._array
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def triton_dtype(self) -> int | None:
+        return numpy_to_triton_type(self._array.dtype)
+
+    def is_cpu(self) -> bool:
+        return True  # fnserve hands the backend host memory only
+
+    def to_dlpack(self) -> Any:
+        """A DLPack capsule of the array (numpy's; BYTES tensors have none)."""
+        return self._array.__dlpack__()
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        device: tuple[int, int] = self._array.__dlpack_device__()
+        return device
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: Any) -> Tensor:
+        """A tensor of a DLPack capsule, or of any object with `__dlpack__` (a torch tensor),
+        read by numpy: host memory only."""
+        source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
+        try:
+            return Tensor(name, np.from_dlpack(source))
+        except (BufferError, RuntimeError, TypeError) as exc:
+            raise TritonModelException(
+                f"pb_utils.Tensor.from_dlpack('{name}'): numpy cannot read this DLPack tensor "
+                f"(fnserve's python backend takes host memory only): {exc}"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+
+
+class _Capsule:
+    """A bare (legacy, CPU) DLPack capsule dressed as the object `np.from_dlpack` expects."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU
+
+
+class InferenceRequest:
+    """What `execute` receives; a model may also build one (Triton's BLS), but fnserve cannot
+    run it yet: `exec` and `async_exec` raise.
+
+    Args:
+        model_name: (BLS) the model to call.
+        requested_output_names: the outputs wanted (fnserve: every declared output).
+        inputs: the input tensors.
+        request_id, correlation_id, flags, timeout, model_version: as in Triton.
+        parameters: a mapping, or its JSON text.
+    """
+
+    def __init__(
+        self,
+        model_name: str = "",
+        requested_output_names: Sequence[str] = (),
+        inputs: Sequence[Tensor] = (),
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        parameters: Mapping[str, Any] | str | None = None,
+        **_others: Any,  # preferred_memory, trace: BLS details, moot while exec() raises
+    ) -> None:
+        self.model_name = model_name
+        self.model_version = model_version
+        self._requested = list(requested_output_names)
+        self._inputs = list(inputs)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._flags = flags
+        self._timeout = timeout
+        if parameters is None:
+            parameters = {}
+        self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request's parameters as JSON text (Triton's form: `json.loads` it)."""
+        return self._parameters
+
+    def requested_output_names(self) -> list[str]:
+        return self._requested
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def get_response_sender(self) -> NoReturn:
+        raise TritonModelException(
+            "pb_utils.InferenceRequest.get_response_sender is not provided by fnserve "
+            "(decoupled models are not supported yet)"
+        )
+
+    def exec(self, *_: Any, **__: Any) -> NoReturn:
+        raise TritonModelException(
+            "pb_utils.InferenceRequest.exec: BLS (calling another model from model.py) is "
+            "not supported by fnserve yet"
+        )
+
+    async def async_exec(self, *_: Any, **__: Any) -> NoReturn:
+        raise TritonModelException(
+            "pb_utils.InferenceRequest.async_exec: BLS (calling another model from model.py) "
+            "is not supported by fnserve yet"
+        )
+
+
+class InferenceResponse:
+    """The response to one request: output tensors, or an error for the client.
+
+    Args:
+        output_tensors: a list of `Tensor`s.
+        error: a `TritonError` (or its text) failing the request.
+    """
+
+    def __init__(
+        self, output_tensors: list[Tensor] | None = None, error: TritonError | str | None = None
+    ) -> None:
+        if output_tensors is None:
+            output_tensors = []
+        if not isinstance(output_tensors, list):
+            raise TritonModelException('"output_tensors" must be a list.')
+        self._outputs = output_tensors
+        self._error = TritonError(error) if isinstance(error, str) else error
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+
+class Logger:
+    """Triton's `pb_utils.Logger`, writing to fnserve's log (logger "fnserve.triton_python")."""
+
+    INFO = logging.INFO
+    WARNING = logging.WARNING
+    ERROR = logging.ERROR
+    VERBOSE = logging.DEBUG
+
+    @staticmethod
+    def log(message: str, level: int = logging.INFO) -> None:
+        log.log(level, "%s", message)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        log.info("%s", message)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        log.warning("%s", message)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        log.error("%s", message)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        log.debug("%s", message)
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    """The request's input `name`, or None."""
+    return next((t for t in inference_request.inputs() if t.name() == name), None)
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    """The response's output `name`, or None."""
+    return next((t for t in inference_response.output_tensors() if t.name() == name), None)
+
+
+def get_input_config_by_name(model_config: Mapping[str, Any], name: str) -> Any:
+    """The `input` entry of a config dict (`json.loads(args["model_config"])`) named `name`."""
+    return next((t for t in model_config.get("input", []) if t.get("name") == name), None)
+
+
+def get_output_config_by_name(model_config: Mapping[str, Any], name: str) -> Any:
+    """The `output` entry of a config dict named `name`, or None."""
+    return next((t for t in model_config.get("output", []) if t.get("name") == name), None)
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    """The numpy type of a config datatype ("TYPE_FP32" -> np.float32)."""
+    try:
+        return TRITON_STRING_TO_NUMPY[triton_type_string]
+    except KeyError:
+        raise TritonModelException(
+            f"pb_utils.triton_string_to_numpy: no numpy type for {triton_type_string!r}"
+        ) from None
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    """The numpy type of a TRITONSERVER_DataType code (11 -> np.float32); None if none."""
+    return _CODE_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """The TRITONSERVER_DataType code of a numpy type (np.float32 -> 11); None if none."""
+    try:
+        dtype = np.dtype(data_type)
+    except TypeError:
+        return None
+    if dtype.kind == "S":
+        return _NUMPY_TO_CODE[np.dtype(np.object_)]
+    return _NUMPY_TO_CODE.get(dtype)
+
+
+def __getattr__(name: str) -> NoReturn:
+    """Anything else a model touches fails here, naming it (dunders stay plain AttributeErrors:
+    import machinery and introspection probe them)."""
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise NotProvidedError(f"pb_utils.{name} is not provided by fnserve")

@@ -1,0 +1,382 @@
+"""The Triton python backend on real `model.py` files written for Triton (no mocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fnserve.backends.base import ModelFileSpec
+from fnserve.backends.registry import factory_for
+from fnserve.backends.triton_python import pb_utils
+from fnserve.backends.triton_python.backend import (
+    TritonPythonBackend,
+    TritonPythonBackendFactory,
+)
+from fnserve.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, Tensor
+from fnserve.errors import ModelExecutionError, RepositoryError
+from fnserve.model import InstanceContext
+from fnserve.runtime import Runtime
+from fnserve.scheduling.runner import BatchRunner
+from fnserve.types import InferInput, InferRequest
+from tests.backends.triton_python_models import ADD_SUB
+
+CPU = InstanceContext("add_sub", 1, 0, "KIND_CPU", "cpu", {})
+
+
+def _write(tmp_path: Path, source: str, name: str = "add_sub") -> Path:
+    path = tmp_path / name / "1" / "model.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def _config(name: str = "add_sub", max_batch_size: int = 8, **kwargs: Any) -> ModelConfig:
+    return ModelConfig(
+        name=name,
+        inputs=[Tensor("INPUT0", "FP32", [4]), Tensor("INPUT1", "FP32", [4])],
+        outputs=[Tensor("OUTPUT0", "FP32", [4]), Tensor("OUTPUT1", "FP32", [4])],
+        max_batch_size=max_batch_size,
+        backend="python",
+        instance_group=(InstanceGroup(kind="KIND_CPU"),),
+        **kwargs,
+    )
+
+
+def _backend(path: Path, config: ModelConfig | None = None) -> Any:
+    return factory_for(ModelFileSpec(config or _config(), path)).create(CPU)
+
+
+def _inputs(rows: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(rows)
+    return {
+        "INPUT0": rng.standard_normal((rows, 4)).astype(np.float32),
+        "INPUT1": rng.standard_normal((rows, 4)).astype(np.float32),
+    }
+
+
+def _input(name: str, array: np.ndarray) -> InferInput:
+    return InferInput(name, "FP32", array)
+
+
+@pytest.fixture
+def add_sub(tmp_path: Path) -> Path:
+    return _write(tmp_path, ADD_SUB)
+
+
+def test_the_registry_builds_a_triton_python_backend(add_sub: Path) -> None:
+    factory = factory_for(ModelFileSpec(_config(), add_sub))
+    assert isinstance(factory, TritonPythonBackendFactory)
+    assert (factory.name, factory.process_isolation) == ("python", False)
+    backend = factory.create(CPU)
+    assert isinstance(backend, TritonPythonBackend)
+    assert backend.is_async is False
+
+
+def test_initialize_gets_tritons_args(add_sub: Path) -> None:
+    args = _backend(add_sub).model.args
+    assert set(args) == {
+        "model_config",
+        "model_instance_kind",
+        "model_instance_name",
+        "model_instance_device_id",
+        "model_repository",
+        "model_version",
+        "model_name",
+    }
+    assert all(isinstance(v, str) for v in args.values())
+    config = json.loads(args["model_config"])
+    assert config["name"] == "add_sub"
+    assert config["max_batch_size"] == 8
+    assert [o["data_type"] for o in config["output"]] == ["TYPE_FP32", "TYPE_FP32"]
+    assert args["model_instance_kind"] == "CPU"
+    assert args["model_instance_device_id"] == "0"
+    assert args["model_instance_name"] == "add_sub_0"
+    assert args["model_repository"] == str(add_sub.parent.parent)
+    assert (args["model_version"], args["model_name"]) == ("1", "add_sub")
+
+
+def test_add_sub_equals_numpy_and_passes_the_runners_checks(add_sub: Path) -> None:
+    config = _config()
+    backend = _backend(add_sub, config)
+    runner = BatchRunner(config, backend)
+    inputs = _inputs(5)
+    out = runner.check_outputs(runner.call(inputs, [{"p": 1}]), rows=5)
+    np.testing.assert_array_equal(out["OUTPUT0"], inputs["INPUT0"] + inputs["INPUT1"])
+    np.testing.assert_array_equal(out["OUTPUT1"], inputs["INPUT0"] - inputs["INPUT1"])
+    assert out["OUTPUT0"].dtype == np.float32
+    assert backend.model.seen == [(["OUTPUT0", "OUTPUT1"], '{"p": 1}')]
+
+
+def test_a_batch_is_one_request_with_the_parameters_all_share(add_sub: Path) -> None:
+    backend = _backend(add_sub)
+    backend.execute(_inputs(2), [{"a": 1, "b": "x"}, {"a": 1, "b": "y"}])
+    assert json.loads(backend.model.seen[-1][1]) == {"a": 1}
+
+
+def test_output_dtypes_follow_the_config(tmp_path: Path) -> None:
+    config = ModelConfig(
+        name="add_sub",
+        inputs=[Tensor("INPUT0", "INT32", [2]), Tensor("INPUT1", "INT32", [2])],
+        outputs=[Tensor("OUTPUT0", "INT64", [2]), Tensor("OUTPUT1", "FP64", [2])],
+        max_batch_size=4,
+        backend="python",
+    )
+    out = _backend(_write(tmp_path, ADD_SUB), config).execute(
+        {"INPUT0": np.array([[1, 2]], np.int32), "INPUT1": np.array([[3, 5]], np.int32)}, [{}]
+    )
+    assert out["OUTPUT0"].dtype == np.int64
+    assert out["OUTPUT1"].dtype == np.float64
+    assert out["OUTPUT1"].tolist() == [[-2.0, -3.0]]
+
+
+def test_an_error_response_fails_the_batch_with_its_message(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [
+                    pb_utils.InferenceResponse(
+                        output_tensors=[], error=pb_utils.TritonError("INPUT0 must be positive")
+                    )
+                    for _ in requests
+                ]
+        """,
+    )
+    config = _config()
+    runner = BatchRunner(config, _backend(path, config))
+    with pytest.raises(ModelExecutionError) as info:
+        runner.call(_inputs(), [{}])
+    assert str(info.value) == "model 'add_sub' returned an error: INPUT0 must be positive"
+
+
+def test_a_raising_execute_is_one_model_execution_error(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                raise pb_utils.TritonModelException("bad batch")
+        """,
+    )
+    config = _config()
+    runner = BatchRunner(config, _backend(path, config))
+    with pytest.raises(ModelExecutionError, match="raised TritonModelException: bad batch"):
+        runner.call(_inputs(), [{}])
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("return None", "must return a list of one pb_utils.InferenceResponse.*returned None"),
+        ("return []", "returned a list of 0"),
+        ("return [{'OUTPUT0': 1}]", "returned a dict in its list"),
+    ],
+)
+def test_a_wrong_return_value_is_explained(tmp_path: Path, body: str, error: str) -> None:
+    path = _write(
+        tmp_path,
+        f"""
+        class TritonPythonModel:
+            def execute(self, requests):
+                {body}
+        """,
+    )
+    with pytest.raises(ModelExecutionError, match=error):
+        _backend(path).execute(_inputs(), [{}])
+
+
+def test_a_raising_initialize_fails_the_load_naming_the_file(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        class TritonPythonModel:
+            def initialize(self, args):
+                raise FileNotFoundError("weights.bin is missing")
+
+            def execute(self, requests):
+                return []
+        """,
+    )
+    with pytest.raises(RepositoryError) as info:
+        _backend(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "initialize(args) failed at model.py line 4" in message
+    assert "FileNotFoundError: weights.bin is missing" in message
+
+
+def test_an_import_error_or_a_missing_class_fails_the_load(tmp_path: Path) -> None:
+    broken = _write(tmp_path, "import not_a_module_anywhere\n", "broken")
+    with pytest.raises(RepositoryError, match=f"importing '{broken}' failed at line 1.*"):
+        _backend(broken)
+    empty = _write(tmp_path, "X = 1\n", "empty")
+    with pytest.raises(RepositoryError, match="defines no class TritonPythonModel"):
+        _backend(empty)
+
+
+def test_unload_calls_finalize_once(tmp_path: Path) -> None:
+    marker = tmp_path / "finalized"
+    path = _write(
+        tmp_path,
+        f"""
+        from pathlib import Path
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return []
+
+            def finalize(self):
+                with Path({str(marker)!r}).open("a") as f:
+                    f.write("x")
+        """,
+    )
+    backend = _backend(path)
+    assert not marker.exists()
+    backend.unload()
+    backend.unload()
+    assert marker.read_text() == "x"
+    assert backend.model is None
+
+
+def test_a_raising_finalize_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = _write(
+        tmp_path,
+        """
+        class TritonPythonModel:
+            def execute(self, requests):
+                return []
+
+            def finalize(self):
+                raise RuntimeError("boom")
+        """,
+    )
+    with caplog.at_level(logging.ERROR):
+        _backend(path).unload()
+    assert "finalize() raised" in caplog.text
+
+
+def test_an_unprovided_pb_utils_call_names_itself(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                sender = pb_utils.get_model_dir()
+                return []
+        """,
+    )
+    config = _config()
+    runner = BatchRunner(config, _backend(path, config))
+    with pytest.raises(ModelExecutionError) as info:
+        runner.call(_inputs(), [{}])
+    assert "pb_utils.get_model_dir is not provided by fnserve" in str(info.value)
+    assert not hasattr(pb_utils, "get_model_dir")  # still an AttributeError for feature checks
+
+
+def test_bls_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                call = pb_utils.InferenceRequest(
+                    model_name="other",
+                    requested_output_names=["Y"],
+                    inputs=[pb_utils.Tensor("X", requests[0].inputs()[0].as_numpy())],
+                )
+                return [call.exec()]
+        """,
+    )
+    with pytest.raises(pb_utils.TritonModelException, match="BLS.*not supported by fnserve"):
+        _backend(path).execute(_inputs(), [{}])
+
+
+async def test_an_async_execute_is_awaited(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            async def execute(self, requests):
+                x = pb_utils.get_input_tensor_by_name(requests[0], "INPUT0").as_numpy()
+                outputs = [pb_utils.Tensor("OUTPUT0", x), pb_utils.Tensor("OUTPUT1", -x)]
+                return [pb_utils.InferenceResponse(outputs)]
+        """,
+    )
+    backend = _backend(path)
+    assert backend.is_async is True
+    inputs = _inputs()
+    out = await backend.aexecute(inputs, [{}])
+    np.testing.assert_array_equal(out["OUTPUT1"], -inputs["INPUT0"])
+
+
+async def test_concurrent_requests_through_the_runtime(add_sub: Path) -> None:
+    config = _config(dynamic_batching=DynamicBatching(max_queue_delay_microseconds=2000))
+    runtime = Runtime([ModelFileSpec(config, add_sub)])
+    await runtime.start()
+    try:
+        pairs = [
+            (np.full((1 + i % 3, 4), i, np.float32), np.full((1 + i % 3, 4), 1, np.float32))
+            for i in range(10)
+        ]
+        responses = await asyncio.gather(
+            *(
+                runtime.infer(InferRequest("add_sub", (_input("INPUT0", a), _input("INPUT1", b))))
+                for a, b in pairs
+            )
+        )
+    finally:
+        await runtime.aclose()
+    for (a, b), response in zip(pairs, responses, strict=True):
+        got = {o.name: o.data for o in response.outputs}
+        np.testing.assert_array_equal(got["OUTPUT0"], a + b)
+        np.testing.assert_array_equal(got["OUTPUT1"], a - b)
+
+
+# pb_utils itself
+
+
+def test_pb_utils_tensors_and_types() -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tensor = pb_utils.Tensor("X", x)
+    assert (tensor.name(), tensor.shape(), tensor.triton_dtype()) == ("X", [2, 3], 11)
+    copy = pb_utils.Tensor.from_dlpack("Y", tensor.to_dlpack())
+    assert copy.name() == "Y"
+    np.testing.assert_array_equal(copy.as_numpy(), x)
+    np.testing.assert_array_equal(pb_utils.Tensor.from_dlpack("Z", tensor).as_numpy(), x)
+    assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
+    assert pb_utils.triton_string_to_numpy("TYPE_BOOL") is np.bool_
+    assert pb_utils.triton_to_numpy_type(13) is np.object_
+    assert pb_utils.numpy_to_triton_type(np.int64) == 9
+    assert pb_utils.numpy_to_triton_type(np.bytes_) == 13
+    with pytest.raises(pb_utils.TritonModelException, match="TYPE_NOPE"):
+        pb_utils.triton_string_to_numpy("TYPE_NOPE")
+
+
+def test_pb_utils_lookups() -> None:
+    config = {"input": [{"name": "A", "data_type": "TYPE_FP32"}], "output": []}
+    assert pb_utils.get_input_config_by_name(config, "A") == config["input"][0]
+    assert pb_utils.get_output_config_by_name(config, "A") is None
+    response = pb_utils.InferenceResponse([pb_utils.Tensor("B", np.zeros(1))])
+    assert pb_utils.get_output_tensor_by_name(response, "B") is not None
+    assert pb_utils.get_output_tensor_by_name(response, "C") is None
+    assert not response.has_error()
+    with pytest.raises(pb_utils.TritonModelException, match="must be a list"):
+        pb_utils.InferenceResponse(output_tensors=(1,))  # type: ignore[arg-type]
