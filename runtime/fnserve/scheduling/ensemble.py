@@ -105,7 +105,16 @@ async def run_steps(
     running: dict[asyncio.Task[dict[str, Typed]], tuple[int, EnsembleStep]] = {}
     try:
         while pending or running:
-            for index, step in _ready(pending, tensors):
+            ready = _ready(pending, tensors)
+            if len(ready) == 1 and not running:  # a chain: no task, no wait (the common case)
+                index, step = ready[0]
+                pending.remove(ready[0])
+                try:
+                    tensors.update(await _step(step, tensors, caller, chain))
+                except FnserveError as exc:
+                    raise _named(config, index, step, exc) from exc
+                continue
+            for index, step in ready:
                 pending.remove((index, step))
                 task = asyncio.ensure_future(_step(step, tensors, caller, chain))
                 running[task] = (index, step)
@@ -115,10 +124,7 @@ async def run_steps(
                 try:
                     tensors.update(task.result())
                 except FnserveError as exc:
-                    raise type(exc)(
-                        f"ensemble '{config.name}' step {index} ('{step.model_name}') failed: "
-                        f"{exc.message}"
-                    ) from exc
+                    raise _named(config, index, step, exc) from exc
     finally:
         for task in running:  # a failed step ends the request: stop its siblings
             task.cancel()
@@ -126,6 +132,13 @@ async def run_steps(
 
 
 Typed = tuple[str, Array]  # (protocol datatype, array) of an ensemble tensor
+
+
+def _named(config: ModelConfig, index: int, step: EnsembleStep, exc: FnserveError) -> Exception:
+    """The step's error, of the same class, naming the ensemble and the step."""
+    return type(exc)(
+        f"ensemble '{config.name}' step {index} ('{step.model_name}') failed: {exc.message}"
+    )
 
 
 def _ready(
