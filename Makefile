@@ -24,8 +24,8 @@ fuzz: $(STAMP)
 	PYTHON=$(BIN)/python benchmarks/fuzz.sh
 
 check: $(STAMP)
-	$(BIN)/ruff format --check runtime functions tests benchmarks
-	$(BIN)/ruff check runtime functions tests benchmarks
+	$(BIN)/ruff format --check runtime functions tests benchmarks examples
+	$(BIN)/ruff check runtime functions tests benchmarks examples
 	$(BIN)/mypy
 
 proto: $(STAMP)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ["runtime", "functions", "tests", "benchmarks"]
+SOURCES = ["runtime", "functions", "tests", "benchmarks", "examples"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -1,0 +1,1 @@
+"""Worked examples served by fnserve (each folder one)."""

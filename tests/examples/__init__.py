@@ -1,0 +1,1 @@
+"""Tests of the worked examples under examples/."""
