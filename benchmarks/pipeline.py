@@ -31,10 +31,11 @@ MODELS = ("mlp_fused", "mlp3")
 _ENDPOINT = re.compile(r"^\s+HTTP\s+http://([\d.]+):(\d+)")
 
 
-def _serve(cpu: int) -> tuple[subprocess.Popen[str], str]:
+def serve_pinned(models: Path, cpu: int) -> tuple[subprocess.Popen[str], str]:
+    """`fnserve serve MODELS` on core `cpu`; the process and its HTTP base URL."""
     command = [
         "taskset", "-c", str(cpu), sys.executable, "-m", "fnserve", "serve",
-        str(HERE / "pipeline_models.py"), "--http-port", "0", "--grpc-port", "0",
+        str(models), "--http-port", "0", "--grpc-port", "0",
         "--metrics-port", "0", "--log-level", "warning",
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -47,7 +48,7 @@ def _serve(cpu: int) -> tuple[subprocess.Popen[str], str]:
     raise SystemExit("the server did not start")
 
 
-def _h2load(url: str, body: Path, clients: int, seconds: float, cpu: int) -> tuple[float, float]:
+def h2load(url: str, body: Path, clients: int, seconds: float, cpu: int) -> tuple[float, float]:
     """(requests/s, p50 ms) of one h2load run."""
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
         command = [
@@ -75,7 +76,7 @@ def main() -> None:
     x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
     doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 256],
                        "data": x.tolist()}]}  # fmt: skip
-    proc, base = _serve(args.server_cpu)
+    proc, base = serve_pinned(HERE / "pipeline_models.py", args.server_cpu)
     results: dict[tuple[str, int], list[tuple[float, float]]] = {}
     try:
         with tempfile.NamedTemporaryFile("w", suffix=".json") as body:
@@ -88,7 +89,7 @@ def main() -> None:
                 for clients in (1, 64):
                     for name in MODELS:
                         url = f"{base}/v2/models/{name}/infer"
-                        run = _h2load(url, Path(body.name), clients, args.seconds, args.client_cpu)
+                        run = h2load(url, Path(body.name), clients, args.seconds, args.client_cpu)
                         results.setdefault((name, clients), []).append(run)
                         time.sleep(0.5)
     finally:

@@ -77,6 +77,16 @@ class TestBatchPolicy:
         entries = [_entry(loop, 1) for _ in range(5)]
         assert len(policy.next_batch(entries, now_ns=0).batch) == 4
 
+    def test_a_full_queue_still_takes_the_largest_preferred_size(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        # 64 waiting and preferred sizes 8 and 16: Triton sends 16, not the full 64.
+        policy = BatchPolicy(_config(64, preferred_batch_size=[8, 16]))
+        entries = [_entry(loop, 1) for _ in range(64)]
+        assert len(policy.next_batch(entries, now_ns=0).batch) == 16
+        blocked = [*[_entry(loop, 1) for _ in range(9)], _entry(loop, 1, cols=5)]
+        assert len(policy.next_batch(blocked, now_ns=0).batch) == 8
+
     def test_different_shapes_are_not_merged(self, loop: asyncio.AbstractEventLoop) -> None:
         policy = BatchPolicy(_config(8))
         entries = [_entry(loop, 1, cols=4), _entry(loop, 1, cols=5), _entry(loop, 1, cols=4)]

@@ -35,6 +35,8 @@ class BatchPolicy:
       dimensions match (it stops at the first request that does not fit, keeping order);
     - it runs at once when full, when it reaches a preferred size, or when the oldest request
       has waited `max_queue_delay_microseconds`; otherwise it waits for more requests;
+    - when it could form several preferred sizes it takes the largest, even if the queue holds
+      enough for a bigger, non-preferred batch (Triton's rule);
     - without dynamic batching every request runs alone.
     """
 
@@ -56,13 +58,16 @@ class BatchPolicy:
                 or rows + entry.rows > self.max_rows
                 or len(batch) >= self.max_requests
             ):
-                return Decision(batch)  # blocked: more waiting cannot grow this batch
+                # blocked: more waiting cannot grow this batch
+                return Decision(batch[:best_preferred] or batch)
             batch.append(entry)
             rows += entry.rows
             if rows in self.preferred:
                 best_preferred = len(batch)
             if rows >= self.max_rows or len(batch) >= self.max_requests:
-                return Decision(batch)
+                # Full. Triton sends the largest preferred size it can form, when there is
+                # one, rather than the whole batch (a model may run best at a smaller size).
+                return Decision(batch[:best_preferred] or batch)
         if not batch:
             return Decision([])
         if best_preferred:

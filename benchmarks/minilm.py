@@ -1,0 +1,107 @@
+"""The MiniLM example against its baselines, in one run on one machine.
+
+    python benchmarks/minilm.py [--seconds 10] [--server-cpu 0] [--client-cpu 1]
+
+1. The encoder's ONNX session in-process on the server core, rows/s at batch 1..64 (the best
+   is the baseline), against the encoder served by fnserve (dynamic batching) at
+   concurrency 64.
+2. The three-step ensemble `minilm` against `minilm_fused` (the same three steps in one
+   function), at concurrency 64 (throughput) and 1 (p50).
+Server pinned to one core, h2load (HTTP/1.1 JSON) to the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pipeline import h2load, serve_pinned
+
+HERE = Path(__file__).parent
+
+SENTENCE = "A man is eating a piece of bread while reading the morning newspaper."
+
+
+def inprocess(cpu: int) -> dict[int, float]:
+    """Rows/s of the bare ONNX session at each batch size, pinned to `cpu`."""
+    code = f"""
+import json, os, sys, time
+import numpy as np
+os.sched_setaffinity(0, {{{cpu}}})
+sys.path.insert(0, {str(HERE.parent)!r})
+from examples.minilm.pipeline import MiniLMEncoder, MiniLMTokenize
+tok, enc = MiniLMTokenize(), MiniLMEncoder()
+out = {{}}
+for batch in (1, 8, 16, 32, 64):
+    t = tok(np.array([[{SENTENCE!r}.encode()]] * batch, dtype=object))
+    enc(t["INPUT_IDS"], t["ATTENTION_MASK"])
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 3:
+        enc(t["INPUT_IDS"], t["ATTENTION_MASK"]); n += batch
+    out[batch] = n / (time.perf_counter() - start)
+print(json.dumps(out))
+"""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, check=True)  # fmt: skip
+    return {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
+
+
+def _body(doc: Mapping[str, Any]) -> Path:
+    file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump(doc, file)
+    file.close()
+    return Path(file.name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--server-cpu", type=int, default=0)
+    parser.add_argument("--client-cpu", type=int, default=1)
+    args = parser.parse_args()
+    rates = inprocess(args.server_cpu)
+    best = max(rates, key=lambda b: rates[b])
+    print("in-process ONNX session, rows/s by batch:", {b: round(r) for b, r in rates.items()})
+    sys.path.insert(0, str(HERE.parent))
+    from examples.minilm.pipeline import MiniLMTokenize
+
+    tokens = MiniLMTokenize()(np.array([[SENTENCE.encode()]], dtype=object))
+    ids_doc = {"inputs": [
+        {"name": n, "datatype": "INT64", "shape": [1, 128], "data": tokens[n].ravel().tolist()}
+        for n in ("INPUT_IDS", "ATTENTION_MASK")
+    ]}  # fmt: skip
+    text_doc = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                            "data": [SENTENCE]}]}  # fmt: skip
+    proc, base = serve_pinned(HERE / "minilm_models.py", args.server_cpu)
+    try:
+        time.sleep(1)
+        ids_body, text_body = _body(ids_doc), _body(text_doc)
+        url = f"{base}/v2/models/%s/infer"
+        served, _ = h2load(url % "minilm_encoder", ids_body, 64, args.seconds, args.client_cpu)
+        print(f"encoder served at c=64: {served:.0f} rows/s = {served / rates[best]:.1%} of the "
+              f"in-process session at batch {best} ({rates[best]:.0f} rows/s)")  # fmt: skip
+        for clients in (64, 1):
+            fused = h2load(url % "minilm_fused", text_body, clients, args.seconds, args.client_cpu)
+            steps = h2load(url % "minilm", text_body, clients, args.seconds, args.client_cpu)
+            print(f"c={clients}: ensemble {steps[0]:.0f} req/s p50 {steps[1]:.2f} ms, fused "
+                  f"{fused[0]:.0f} req/s p50 {fused[1]:.2f} ms: {steps[0] / fused[0]:.1%} of "
+                  f"fused, p50 {1000 * (steps[1] - fused[1]):+.0f} us")  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
