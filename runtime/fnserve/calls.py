@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from fnserve.errors import FnserveError, InvalidInputError
+from fnserve.tensors import datatype_of
 from fnserve.types import Array, InferInput, InferRequest, ModelCaller
 
 # The models the batch being executed was called through (with the executing model last),
@@ -40,11 +40,6 @@ CALL_CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
 CURRENT_CLIENT: contextvars.ContextVar[ModelClient | None] = contextvars.ContextVar(
     "fnserve_model_client", default=None
 )
-_DATATYPES = {
-    "bool": "BOOL", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32",
-    "uint64": "UINT64", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
-    "float16": "FP16", "float32": "FP32", "float64": "FP64", "object": "BYTES",
-}  # fmt: skip
 
 
 class ModelClient:
@@ -76,7 +71,7 @@ class ModelClient:
         """
         request = InferRequest(
             model,
-            tuple(InferInput(n, _datatype(a), np.asarray(a)) for n, a in inputs.items()),
+            tuple(InferInput(n, datatype_of(a), np.asarray(a)) for n, a in inputs.items()),
             model_version=version,
             outputs=None if outputs is None else tuple(outputs),
             call_chain=CALL_CHAIN.get() if chain is None else chain,
@@ -111,10 +106,6 @@ class ModelClient:
             )
         coro = self.ainfer(model, inputs, version, outputs, chain=CALL_CHAIN.get())
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-
-def _datatype(array: Any) -> str:
-    return _DATATYPES.get(str(np.asarray(array).dtype), "BYTES")
 
 
 def _client() -> ModelClient:

@@ -34,6 +34,8 @@ _NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
     "BF16": np.dtype(np.uint16),
 }
 DATATYPES: tuple[str, ...] = tuple(_NUMPY_DTYPES)
+# numpy dtype -> protocol name, for arrays made in-process (uint16 reads as UINT16, not BF16)
+_PROTOCOL_TYPES = {dt: name for name, dt in reversed(_NUMPY_DTYPES.items())}
 # Little-endian forms for the wire: Triton's raw tensors are little-endian whatever the host.
 _WIRE_DTYPES = {name: dt.newbyteorder("<") for name, dt in _NUMPY_DTYPES.items() if name != "BYTES"}
 # Types that JSON cannot carry exactly; Triton refuses them there too.
@@ -63,6 +65,11 @@ def protocol_type(config_name: str) -> str:
     """Triton config name -> protocol name (`TYPE_STRING` -> `BYTES`)."""
     name = config_name.removeprefix("TYPE_")
     return "BYTES" if name == "STRING" else name
+
+
+def datatype_of(array: Any) -> str:
+    """The protocol datatype of a numpy array (BYTES for strings and objects)."""
+    return _PROTOCOL_TYPES.get(np.asarray(array).dtype, "BYTES")
 
 
 def element_count(shape: Sequence[int]) -> int:

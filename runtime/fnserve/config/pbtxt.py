@@ -28,6 +28,7 @@ from fnserve.config.model_config import (
 )
 from fnserve.errors import ModelConfigError
 from fnserve.protocol import model_config_pb2 as pb
+from fnserve.tensors import config_type, protocol_type
 
 # Triton's platform names and the backend that serves each.
 PLATFORM_BACKENDS = {
@@ -59,6 +60,11 @@ _SUPPORTED = frozenset(
         "ensemble_scheduling.step.output_map",
     }
 )  # fmt: skip
+# Every field of a queue policy is supported.
+_QUEUE_POLICIES = (
+    "dynamic_batching.default_queue_policy.",
+    "dynamic_batching.priority_queue_policy.",
+)
 _UNSUPPORTED = {
     "sequence_batching": "sequence batching is not implemented yet",
     "optimization": "optimization settings (execution accelerators, CUDA graphs) are not "
@@ -93,18 +99,11 @@ def parse_config(text: str, where: str) -> pb.ModelConfig:
     except text_format.ParseError as exc:
         raise ModelConfigError(f"'{where}': {exc}") from exc
     for path in _set_fields(message):
-        if path in _SUPPORTED or path.startswith(_queue_policy_prefixes()):
+        if path in _SUPPORTED or path.startswith(_QUEUE_POLICIES):
             continue
         reason = _UNSUPPORTED.get(path, "fnserve does not implement it")
         raise ModelConfigError(f"'{where}': field '{path}' is not supported: {reason}")
     return message
-
-
-def _queue_policy_prefixes() -> tuple[str, ...]:
-    return (
-        "dynamic_batching.default_queue_policy.",
-        "dynamic_batching.priority_queue_policy.",
-    )
 
 
 def _set_fields(message: Message, prefix: str = "") -> Iterator[str]:
@@ -124,12 +123,12 @@ def datatype(code: int, where: str) -> str:
     name = pb.DataType.Name(code)
     if name == "TYPE_INVALID":
         raise ModelConfigError(f"{where}: data_type is missing")
-    return "BYTES" if name == "TYPE_STRING" else name.removeprefix("TYPE_")
+    return protocol_type(name)
 
 
 def config_datatype(protocol: str) -> int:
     """The config `TYPE_*` value of a protocol datatype."""
-    return int(pb.DataType.Value("TYPE_STRING" if protocol == "BYTES" else f"TYPE_{protocol}"))
+    return int(pb.DataType.Value(config_type(protocol)))
 
 
 def to_model_config(

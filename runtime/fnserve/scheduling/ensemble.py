@@ -38,7 +38,6 @@ class EnsembleScheduler:
         self._supervisor = supervisor
         self._max_inflight = max_inflight
         self._running: dict[asyncio.Task[None], PendingRequest] = {}
-        self._stopped = asyncio.Event()
 
     def submit_nowait(self, entry: PendingRequest) -> None:
         if self._max_inflight and len(self._running) >= self._max_inflight:
@@ -68,7 +67,7 @@ class EnsembleScheduler:
 
     async def run(self) -> None:
         """Requests run in their own tasks; this only keeps the scheduler's place."""
-        await self._stopped.wait()
+        await asyncio.get_running_loop().create_future()  # until cancelled
 
     async def _serve(self, entry: PendingRequest) -> None:
         try:
