@@ -15,7 +15,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from fnserve.errors import (
     DeadlineExceededError,
@@ -33,6 +34,7 @@ from fnserve.types import Array
 
 log = logging.getLogger(__name__)
 Results = list[dict[str, Array]]
+Outcome = tuple[Results, ExecutionTimes]  # what one batch gives back: results and timings
 # Rebuilds of one instance index wait 0.1 s, 0.2 s, ... up to 10 s; a good batch resets it.
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 10.0
@@ -41,16 +43,17 @@ _MAX_BACKOFF_S = 10.0
 class Instance(Protocol):
     """One loaded model instance, wherever it runs.
 
-    `run` executes one batch (raising `FnserveError`s; `InstanceBrokenError` when the instance
-    itself died). `close` releases it gracefully and may block (called off the event loop, once
-    no batch runs). `abandon` gives up on a stuck or broken instance: it releases what can be
-    released without waiting and never blocks; nothing it leaves behind may keep the process
-    alive at exit.
+    `start` begins one batch and returns a future of the loop thread holding its outcome
+    (raising `FnserveError`s; `InstanceBrokenError` when the instance itself died); cancelling
+    that future gives up on the batch. `close` releases the instance gracefully and may block
+    (called off the event loop, once no batch runs). `abandon` gives up on a stuck or broken
+    instance: it releases what can be released without waiting and never blocks; nothing it
+    leaves behind may keep the process alive at exit.
     """
 
     index: int
 
-    async def run(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]: ...
+    def start(self, batch: Sequence[PendingRequest]) -> asyncio.Future[Outcome]: ...
 
     def close(self) -> None: ...
 
@@ -68,10 +71,10 @@ class ThreadInstance:
         self.runner = runner
         self._worker = None if runner.is_async else DaemonWorker(thread_name)
 
-    async def run(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]:
+    def start(self, batch: Sequence[PendingRequest]) -> asyncio.Future[Outcome]:
         if self._worker is None:
-            return await self.runner.arun(batch)
-        return await asyncio.wrap_future(self._worker.submit(self.runner.run, batch))
+            return asyncio.ensure_future(self.runner.arun(batch))
+        return self._worker.call(self.runner.run, batch)
 
     def close(self) -> None:
         if self._worker is not None:
@@ -84,8 +87,23 @@ class ThreadInstance:
             self._worker.shutdown(wait=False)
 
 
+@dataclass(eq=False, slots=True)
+class _Batch:
+    """A launched batch: where it runs, what it holds, and its execution-timeout timer."""
+
+    instance: Instance
+    requests: list[PendingRequest]
+    seq: int
+    start_ns: int
+    timer: asyncio.TimerHandle | None = None
+    expired: bool = False
+
+
 class InstancePool:
     """Hands out idle instances to the batcher and runs the batches it launches.
+
+    A launched batch is a future with a done-callback, not a task: a task per batch (its
+    creation, first step and bookkeeping) cost about a tenth of a small model's whole call.
 
     Args:
         name: model name, for messages.
@@ -94,8 +112,9 @@ class InstancePool:
         preserve_ordering: deliver results in dispatch order even when batches finish out of it.
         factory: builds a replacement instance for an index (blocking; run on a daemon thread).
         execution_timeout_s: longest one batch may run (None or 0: no limit).
-        supervisor: starts the pool's tasks (batches, rebuilds); a private one when None.
-        on_crash: called if one of those tasks dies of a bug (the model then fails).
+        supervisor: starts the pool's tasks (instance rebuilds); a private one when None.
+        on_crash: called if one of those tasks, or the bookkeeping of a batch, dies of a bug
+            (the model then fails).
     """
 
     def __init__(
@@ -119,7 +138,7 @@ class InstancePool:
         self._idle: asyncio.Queue[Instance] = asyncio.Queue()
         for instance in instances:
             self._idle.put_nowait(instance)
-        self._running: dict[asyncio.Task[None], tuple[Instance, list[PendingRequest]]] = {}
+        self._running: dict[asyncio.Future[Outcome], _Batch] = {}
         self._rebuilds: set[asyncio.Task[None]] = set()
         self._backoff_s: dict[int, float] = {}
         self._closed = False
@@ -140,80 +159,76 @@ class InstancePool:
 
     def launch(self, instance: Instance, batch: list[PendingRequest]) -> None:
         """Run `batch` on `instance` in the background; the instance returns when it is done."""
-        seq = self._dispatched
+        run = _Batch(instance, batch, self._dispatched, time.perf_counter_ns())
         self._dispatched += 1
-        task = self._tasks.spawn(self._execute(instance, batch, seq), self.name, self._batch_died)
-        self._running[task] = (instance, batch)
-        task.add_done_callback(self._forget)
+        future = instance.start(batch)
+        if self._timeout_s is not None:
+            run.timer = asyncio.get_running_loop().call_later(
+                self._timeout_s, self._expire, future, run
+            )
+        self._running[future] = run
+        future.add_done_callback(self._done)
 
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+    def _expire(self, future: asyncio.Future[Outcome], run: _Batch) -> None:
+        """Past the execution timeout: give up on the batch (a stuck thread is left behind)."""
+        if not future.done():
+            run.expired = True
+            self.stats.execution_timeouts += 1
+            future.cancel()
 
-    def _batch_died(self, error: BaseException) -> None:
-        """A batch task died of a bug (not a model error, which `_execute` delivers): answer
-        its requests, then tell the owner. Runs before `_forget`, so the task is still known."""
-        failure = ModelExecutionError(f"model '{self.name}' failed: {error!r}")
-        for task, (_, batch) in list(self._running.items()):
-            if task.done():  # its instance was released before the bookkeeping that failed
-                del self._running[task]
-                _deliver(batch, failure)
-        if self._on_crash is not None:
-            self._on_crash(error)
-
-    async def _execute(self, instance: Instance, batch: list[PendingRequest], seq: int) -> None:
-        start_ns = time.perf_counter_ns()
-        outcome: Results | BaseException
-        times: ExecutionTimes | None = None
-        broken: BaseException | None = None
+    def _done(self, future: asyncio.Future[Outcome]) -> None:
+        run = self._running.pop(future, None)
+        if run is None:
+            return  # abort() already answered this batch and abandoned the instance
         try:
-            outcome, times = await self._run(instance, batch)
-        except asyncio.CancelledError:
-            if self._closed:
-                return  # abort() already answered this batch and abandoned the instance
-            raise
-        except (DeadlineExceededError, InstanceBrokenError) as exc:
-            outcome = broken = exc
-        except FnserveError as exc:
-            outcome = exc
-        except Exception as exc:  # the runner already wraps model errors; this is a bug path
-            log.exception("model '%s': batch execution failed", self.name)
-            outcome = ModelExecutionError(f"model '{self.name}' failed: {exc}")
+            self._settle(future, run)
+        except Exception as exc:  # a bug in the bookkeeping: still answer, then tell the owner
+            log.exception("model '%s': finishing a batch failed", self.name)
+            _deliver(run.requests, ModelExecutionError(f"model '{self.name}' failed: {exc!r}"))
+            if self._on_crash is not None:
+                self._on_crash(exc)
+
+    def _settle(self, future: asyncio.Future[Outcome], run: _Batch) -> None:
+        if run.timer is not None:
+            run.timer.cancel()
+        outcome, times, broken = self._outcome(future, run)
         if broken is None:
             if times is not None and self._backoff_s:
-                self._backoff_s.pop(instance.index, None)
-            self.release(instance)
+                self._backoff_s.pop(run.instance.index, None)
+            self.release(run.instance)
         else:
-            self._retire(instance, broken)
+            self._retire(run.instance, broken)
         if times is not None:
-            self._record(batch, start_ns, times)
+            self._record(run.requests, run.start_ns, times)
         if self._ordered:
-            self._finished[seq] = (batch, outcome)
+            self._finished[run.seq] = (run.requests, outcome)
             self._deliver_in_order()
         else:
-            _deliver(batch, outcome)
+            _deliver(run.requests, outcome)
 
-    async def _run(
-        self, instance: Instance, batch: list[PendingRequest]
-    ) -> tuple[Results, ExecutionTimes]:
-        if self._timeout_s is None:
-            return await instance.run(batch)
-        # A task plus asyncio.wait, not wait_for: wait_for would wait for the cancelled run
-        # to end, and a model that ignores cancellation (or a stuck thread) never does.
-        task = asyncio.ensure_future(instance.run(batch))
-        try:
-            done, _ = await asyncio.wait((task,), timeout=self._timeout_s)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if done:
-            return task.result()
-        task.cancel()
-        task.add_done_callback(_consume)
-        self.stats.execution_timeouts += 1
-        raise DeadlineExceededError(
-            f"model '{self.name}' did not finish within its execution timeout of "
-            f"{self._timeout_s:g} s"
-        )
+    def _outcome(
+        self, future: asyncio.Future[Outcome], run: _Batch
+    ) -> tuple[Results | BaseException, ExecutionTimes | None, BaseException | None]:
+        """(results or error, times when it ran, the error that retires the instance)."""
+        if future.cancelled():
+            if run.expired:
+                error = DeadlineExceededError(
+                    f"model '{self.name}' did not finish within its execution timeout of "
+                    f"{self._timeout_s:g} s"
+                )
+                return error, None, error
+            return ModelExecutionError(f"model '{self.name}': the batch was cancelled"), None, None
+        exc = future.exception()
+        if exc is None:
+            results, times = future.result()
+            return results, times, None
+        if isinstance(exc, DeadlineExceededError | InstanceBrokenError):
+            return exc, None, exc
+        if isinstance(exc, FnserveError):
+            return exc, None, None
+        # The runner already wraps model errors; this is a bug path.
+        log.error("model '%s': batch execution failed", self.name, exc_info=exc)
+        return ModelExecutionError(f"model '{self.name}' failed: {exc}"), None, None
 
     def _retire(self, instance: Instance, cause: BaseException) -> None:
         """Take a stuck or dead instance out of rotation and start building its replacement."""
@@ -288,24 +303,20 @@ class InstancePool:
         for seq in sorted(self._finished):
             _deliver(*self._finished.pop(seq))
         running, self._running = self._running, {}  # answered now: no longer busy
-        for task, (instance, batch) in running.items():
-            _deliver(batch, error)
-            instance.abandon()
-            if instance in self.instances:
-                self.instances.remove(instance)
-            self._tasks.stop(task)
+        for future, run in running.items():
+            if run.timer is not None:
+                run.timer.cancel()
+            _deliver(run.requests, error)
+            run.instance.abandon()
+            if run.instance in self.instances:
+                self.instances.remove(run.instance)
+            future.cancel()
 
     def close(self) -> None:
         """Release every instance in rotation (blocking: call it off the event loop)."""
         self._closed = True
         for instance in self.instances:
             instance.close()
-
-
-def _consume(task: asyncio.Future[Any]) -> None:
-    """Retrieve an abandoned run's outcome so asyncio does not log it as never retrieved."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _deliver(batch: Sequence[PendingRequest], outcome: Results | BaseException) -> None:

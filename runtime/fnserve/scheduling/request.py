@@ -138,6 +138,8 @@ def _validate_outputs(config: ModelConfig, outputs: tuple[str, ...] | None) -> N
 def _split_parameters(
     model: str, parameters: Mapping[str, ParamValue]
 ) -> tuple[int, int, dict[str, ParamValue]]:
+    if not parameters:  # most requests, and every ensemble step
+        return 0, 0, {}
     priority = _uint_parameter(parameters, "priority")
     timeout_us = _uint_parameter(parameters, "timeout")
     sequence_id = parameters.get("sequence_id", 0)

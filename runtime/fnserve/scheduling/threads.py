@@ -15,7 +15,9 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-_Call = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...]]
+# What a call hands its outcome to: (result, None) or (None, exception). Runs on the worker.
+_Settle = Callable[[Any, BaseException | None], None]
+_Call = tuple[Callable[[], bool], _Settle, Callable[..., Any], tuple[Any, ...]]
 
 
 class DaemonWorker:
@@ -33,18 +35,47 @@ class DaemonWorker:
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Queue `fn(*args)`; the future holds its result or exception."""
         future: Future[T] = Future()
-        self._calls.put((future, fn, args))
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+        self._calls.put((future.set_running_or_notify_cancel, settle, fn, args))
+        return future
+
+    def call(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue `fn(*args)` and return a future of the running loop that gets its outcome.
+
+        The hot path of every batch: the worker resolves the loop's own future with one
+        `call_soon_threadsafe`, which saves the concurrent future, its chaining callbacks and
+        a loop turn that `asyncio.wrap_future(submit(...))` costs (about 10 us per call here).
+        A future cancelled before the call starts skips the call.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(_resolve, future, result, error)
+            except RuntimeError:  # the loop is closed: the server is gone, nobody waits
+                pass
+
+        self._calls.put((lambda: not future.cancelled(), settle, fn, args))
         return future
 
     def _work(self) -> None:
         while (call := self._calls.get()) is not None:
-            future, fn, args = call
-            if not future.set_running_or_notify_cancel():
+            start, settle, fn, args = call
+            if not start():
                 continue
             try:
-                future.set_result(fn(*args))
+                result = fn(*args)
             except BaseException as exc:  # handed to the awaiting side, never lost
-                future.set_exception(exc)
+                settle(None, exc)
+            else:
+                settle(result, None)
 
     def shutdown(self, wait: bool) -> None:
         """Stop after the calls already queued; `wait` joins the thread (never do that on
@@ -52,6 +83,16 @@ class DaemonWorker:
         self._calls.put(None)
         if wait:
             self._thread.join()
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """On the loop: hand a worker's outcome over, unless the awaiting side gave up."""
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 async def run_in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:

@@ -99,6 +99,12 @@ class ProcessInstance:
         self._sock.setblocking(False)
         log.info("%s runs in worker process %d", self.label, self.pid)
 
+    def start(
+        self, batch: Sequence[PendingRequest]
+    ) -> asyncio.Future[tuple[list[dict[str, Array]], ExecutionTimes]]:
+        """Begin one batch in the worker (the pool's `Instance.start`)."""
+        return asyncio.ensure_future(self.run(batch))
+
     async def run(
         self, batch: Sequence[PendingRequest]
     ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
