@@ -131,10 +131,10 @@ async def _overhead(calls: int) -> None:
     for _ in range(2):  # twice, alternating, so a noisy neighbour shows as a difference
         for name, instance in instances.items():
             for _ in range(calls // 10):
-                await instance.run(batch)
+                await instance.start(batch)
             start = time.perf_counter()
             for _ in range(calls):
-                await instance.run(batch)
+                await instance.start(batch)
             per_call_us = (time.perf_counter() - start) / calls * 1e6
             print(f"{name:<8} {per_call_us:8.1f} us per execution", flush=True)
     for instance in instances.values():

@@ -16,6 +16,7 @@ import click
 
 from fnserve import __version__
 from fnserve.config.server import ServerConfig
+from fnserve.config.sizes import parse_size
 from fnserve.errors import FnserveError, StartupError
 from fnserve.limits import DEFAULT_LIMITS
 from fnserve.logs import configure
@@ -25,6 +26,20 @@ from fnserve.server.app import BoundPorts, serve
 from fnserve.types import ModelState
 
 log = logging.getLogger("fnserve")
+
+
+class ByteSize(click.ParamType):  # type: ignore[type-arg,unused-ignore]
+    """A size in bytes: 8GiB, 512MB, 1048576."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 @click.group()
@@ -145,6 +160,40 @@ def main() -> None:
     type=click.IntRange(min=0),
     help="Requests one model may hold queued when its queue policy sets no max_queue_size "
     "(0: unbounded); past it 503 / UNAVAILABLE.",
+)
+@click.option(
+    "--idle-timeout",
+    "idle_timeout_s",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Scale a model to zero after this many seconds without a request (0: never); the "
+    "next request cold-starts it. A model's idle_timeout_s wins.",
+)
+@click.option(
+    "--cold-start-timeout",
+    "cold_start_timeout_s",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds requests wait for a scaled-to-zero model to load and warm up (then 503).",
+)
+@click.option(
+    "--memory-budget",
+    "memory_budget_bytes",
+    default="0",
+    show_default=True,
+    type=ByteSize(),
+    help="Host memory the loaded models may hold together (e.g. 8GiB; 0: no budget); past it "
+    "the least recently used idle models scale to zero, or the load fails with 503.",
+)
+@click.option(
+    "--gpu-memory-budget",
+    "gpu_memory_budget_bytes",
+    default="0",
+    show_default=True,
+    type=ByteSize(),
+    help="The same for each GPU (needs nvidia-ml-py to measure; 0: no budget).",
 )
 @click.option(
     "--debug-errors",

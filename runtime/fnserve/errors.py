@@ -8,7 +8,8 @@ FnserveError                      (.message; unmapped -> 500 / INTERNAL)
 ├── ModelNotReadyError            503 / UNAVAILABLE        known but not READY
 ├── UnavailableError              503 / UNAVAILABLE
 │   ├── QueueFullError            queue policy max_queue_size reached
-│   └── RequestTimeoutError       waited in the queue past its timeout (Triton answers UNAVAILABLE)
+│   ├── RequestTimeoutError       waited in the queue past its timeout (Triton answers UNAVAILABLE)
+│   └── MemoryBudgetError         503 / RESOURCE_EXHAUSTED a model does not fit --memory-budget
 ├── CancelledError                400 / CANCELLED          the client went away
 ├── UnsupportedError              501 / UNIMPLEMENTED      a feature fnserve does not offer
 ├── DeadlineExceededError         504 / DEADLINE_EXCEEDED  an execution ran past its timeout
@@ -68,6 +69,11 @@ class RequestTimeoutError(UnavailableError):
     """The request waited in the queue longer than its timeout."""
 
 
+class MemoryBudgetError(UnavailableError):
+    """A model cannot be loaded or cold-started: it does not fit the memory budget even after
+    every evictable model was scaled to zero (the message names what holds the memory)."""
+
+
 class CancelledError(FnserveError):
     """The request was cancelled, usually because its client disconnected."""
 
@@ -110,6 +116,7 @@ __all__ = [
     "FnserveError",
     "InstanceBrokenError",
     "InvalidInputError",
+    "MemoryBudgetError",
     "ModelConfigError",
     "ModelExecutionError",
     "ModelNotFoundError",

@@ -152,6 +152,8 @@ def model(
     parameters: Mapping[str, str] | None = None,
     execution_timeout_s: float | None = None,
     warmup: Sequence[Warmup] = (),
+    idle_timeout_s: float | None = None,
+    min_instances: int | None = None,
 ) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]: ...
 
 
@@ -169,6 +171,8 @@ def model(
     parameters: Mapping[str, str] | None = None,
     execution_timeout_s: float | None = None,
     warmup: Sequence[Warmup] = (),
+    idle_timeout_s: float | None = None,
+    min_instances: int | None = None,
 ) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]:
     """Declare a servable model.
 
@@ -192,6 +196,12 @@ def model(
             parameter `execution_timeout_s`.
         warmup: requests run on every load before the model is READY (Triton's
             `model_warmup`), so no client pays for first-call costs.
+        idle_timeout_s: scale to zero after this long without a request: the instances are
+            released, the model stays listed and ready, and the next request cold-starts it
+            (load + warmup). None takes the server's `--idle-timeout`; 0: never. Also the
+            parameter `idle_timeout_s`.
+        min_instances: more than 0 keeps the model loaded: never scaled to zero, never evicted
+            to make room under `--memory-budget`. Also the parameter `min_instances`.
 
     Raises:
         ModelConfigError: when the declaration is invalid (at import time), also for a bare
@@ -222,6 +232,8 @@ def model(
             parameters=parameters or {},
             execution_timeout_s=execution_timeout_s,
             warmup=warmup,
+            idle_timeout_s=idle_timeout_s,
+            min_instances=min_instances,
         )
         return ModelDefinition(target, config)
 

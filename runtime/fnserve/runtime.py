@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from fnserve import __version__
 from fnserve.backends.base import ModelSpec
@@ -28,19 +28,22 @@ from fnserve.errors import (
     CancelledError,
     DeadlineExceededError,
     InvalidInputError,
+    MemoryBudgetError,
     ModelExecutionError,
     ModelNotFoundError,
     RepositoryError,
     UnavailableError,
 )
 from fnserve.repository.discover import ImportFailure
+from fnserve.repository.footprint import Footprint
 from fnserve.repository.handle import ModelHandle
+from fnserve.repository.idle import reap_idle
 from fnserve.repository.loaded import LoadedModel
 from fnserve.repository.registry import ModelRegistry
 from fnserve.repository.source import ModelSource
 from fnserve.scheduling.request import prepare
 from fnserve.scheduling.supervisor import Supervisor
-from fnserve.stats import ModelStats
+from fnserve.stats import LifecycleStats, ModelStats
 from fnserve.types import (
     IndexEntry,
     InferOutput,
@@ -53,6 +56,17 @@ from fnserve.types import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class LifecycleRecord(NamedTuple):
+    """One version's lifecycle: counters, the memory it holds now, its instances now."""
+
+    name: str
+    version: str
+    stats: LifecycleStats
+    memory: Footprint
+    instances: int
+
 
 EXTENSIONS = (
     "model_configuration",
@@ -121,8 +135,11 @@ class Runtime:
         for name in self.registry.names() if names is None else names:
             try:
                 await self.load_model(name)
-            except RepositoryError:
+            except (RepositoryError, MemoryBudgetError):
                 pass  # the reason is in the repository index and the log
+        self.supervisor.spawn(
+            reap_idle(self.registry.handles, lambda: self._defaults), "idle-reaper"
+        )
         self._started = True
 
     def stop_accepting(self) -> None:
@@ -178,11 +195,11 @@ class Runtime:
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         """Metadata of a ready version: like inference, Triton 2.51 answers an unloaded or
         loading model's metadata and config with 404 / 503, not with the stale document."""
-        loaded = self._loaded(name, version)
-        versions: tuple[str, ...] = (loaded.version,)
+        handle = self.registry.resolve(name, version, need_ready=True)
+        versions: tuple[str, ...] = (handle.version,)
         if not version:
             versions = tuple(h.version for h in self.registry.versions(name) if h.ready)
-        config = loaded.config
+        config = handle.config
         return ModelMetadata(
             config.name,
             versions,
@@ -193,7 +210,7 @@ class Runtime:
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         """Configuration of a ready version (errors as for `model_metadata`)."""
-        return self._loaded(name, version).config
+        return self.registry.resolve(name, version, need_ready=True).config
 
     def statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
         """Statistics of one model's ready versions (or of every model version when `name`
@@ -224,6 +241,19 @@ class Runtime:
         """Every version's live statistics record (for the metrics exporter)."""
         return [h.stats for h in self.registry.handles()]
 
+    def lifecycles(self) -> list[LifecycleRecord]:
+        """Every version's lifecycle counters, memory and instances (for the metrics)."""
+        return [
+            LifecycleRecord(
+                h.name,
+                h.version,
+                h.lifecycle,
+                h.footprint if h.holds_memory else Footprint(),
+                len(h.loaded.pool.instances) if h.loaded is not None else 0,
+            )
+            for h in self.registry.handles()
+        ]
+
     # -- lifecycle -----------------------------------------------------------------------
 
     async def load_model(self, name: str) -> None:
@@ -243,7 +273,8 @@ class Runtime:
             specs = await self._refresh(name) if self._source is not None else None
             if name not in self.registry:
                 raise RepositoryError(f"failed to load '{name}', no version is available")
-            errors = []
+            errors: list[str] = []
+            refused: MemoryBudgetError | None = None
             for handle in list(self.registry.versions(name)):
                 spec = None if specs is None else specs.get(handle.version)
                 if specs is not None and spec is None:  # no longer defined
@@ -254,8 +285,12 @@ class Runtime:
                     await handle.load(self._defaults, spec)
                 except RepositoryError as exc:
                     errors.append(exc.message)
+                except MemoryBudgetError as exc:
+                    refused = exc
             if errors:
-                raise RepositoryError("; ".join(errors))
+                raise RepositoryError("; ".join([*errors, *([refused.message] if refused else [])]))
+            if refused is not None:
+                raise refused  # 503 / RESOURCE_EXHAUSTED: it may fit later
 
     async def _refresh(self, name: str) -> dict[str, ModelSpec]:
         """Re-import changed files; `name`'s definitions by version (new ones registered)."""
@@ -300,8 +335,9 @@ class Runtime:
         if request.call_chain and request.model_name in request.call_chain:
             cycle = " -> ".join((*request.call_chain, request.model_name))
             raise ModelExecutionError(f"model call cycle: {cycle}")
-        loaded = self._loaded(request.model_name, request.model_version)
-        start_ns = time.perf_counter_ns()
+        handle = self.registry.resolve(request.model_name, request.model_version, True)
+        start_ns = handle.last_used_ns = time.perf_counter_ns()
+        loaded = handle.loaded or await handle.wake(self._defaults)  # None: scaled to zero
         stats = loaded.stats
         self._inflight += 1
         try:
@@ -319,16 +355,9 @@ class Runtime:
             self._inflight -= 1
             if not self._inflight and self._idle is not None:
                 self._idle.set()
-        stats.record_success(time.perf_counter_ns() - start_ns)
+        end_ns = handle.last_used_ns = time.perf_counter_ns()
+        stats.record_success(end_ns - start_ns)
         return _response(loaded, request, outputs)
-
-    # -- helpers -------------------------------------------------------------------------
-
-    def _loaded(self, name: str, version: str) -> LoadedModel:
-        """What a READY version serves (errors as `ModelRegistry.resolve`)."""
-        loaded = self.registry.resolve(name, version, need_ready=True).loaded
-        assert loaded is not None  # READY handles always hold one
-        return loaded
 
 
 def _tensor(config: ModelConfig, tensor: Tensor) -> TensorMetadata:

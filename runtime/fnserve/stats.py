@@ -62,6 +62,13 @@ class ModelStats:
     batches: dict[int, BatchStats] = field(default_factory=dict)
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_US) + 1))
 
+    def carry_from(self, previous: ModelStats) -> None:
+        """Continue `previous`'s counters (a cold start serves the same version again),
+        keeping this load's timings."""
+        for f in fields(self):
+            if f.name not in ("load_ns", "warmup_ns", "pending"):
+                setattr(self, f.name, getattr(previous, f.name))
+
     def reset_counters(self) -> None:
         """Forget every request and execution counted so far (warmup's), keeping the load
         timings: clients' statistics start at the first real request."""
@@ -97,3 +104,27 @@ class ModelStats:
         self.compute_input.add(input_ns)
         self.compute_infer.add(infer_ns)
         self.compute_output.add(output_ns)
+
+
+# Upper bounds (s) of the cold-start duration histogram buckets.
+COLD_START_BUCKETS_S: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+@dataclass
+class LifecycleStats:
+    """What happened to one model version over the server's life (kept across its loads)."""
+
+    cold_starts: int = 0
+    cold_start_s: float = 0.0  # their summed durations
+    cold_start_buckets: list[int] = field(
+        default_factory=lambda: [0] * (len(COLD_START_BUCKETS_S) + 1)
+    )
+    idle_unloads: int = 0  # scaled to zero after its idle timeout
+    evictions: int = 0  # scaled to zero to make room under the memory budget
+    reloads: int = 0  # new code or files swapped in while serving
+
+    def record_cold_start(self, duration_ns: int) -> None:
+        seconds = duration_ns / 1e9
+        self.cold_starts += 1
+        self.cold_start_s += seconds
+        self.cold_start_buckets[bisect.bisect_left(COLD_START_BUCKETS_S, seconds)] += 1

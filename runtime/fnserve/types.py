@@ -83,6 +83,7 @@ class ModelState(enum.Enum):
     LOADING = "LOADING"
     WARMING = "WARMING"
     READY = "READY"
+    IDLE = "IDLE"  # scaled to zero: no instances, and the next request cold-starts it
     DRAINING = "DRAINING"
     FAILED = "FAILED"
 

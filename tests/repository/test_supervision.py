@@ -155,6 +155,6 @@ async def test_a_batch_task_that_dies_answers_its_requests_and_fails_the_model(
 async def test_supervisor_owns_no_task_after_close() -> None:
     runtime = _runtime()
     await runtime.start()
-    assert len(runtime.supervisor) == 2  # one scheduler per model
+    assert len(runtime.supervisor) == 3  # one scheduler per model, the idle reaper
     await runtime.aclose()
     assert len(runtime.supervisor) == 0

@@ -34,6 +34,13 @@ FNSERVE_ONLY = {
     "fnserve_inference_exec_timeout",
     "fnserve_model_state",
     "fnserve_model_load_duration_seconds",
+    "fnserve_model_cold_start_duration_seconds",
+    "fnserve_model_cold_starts",
+    "fnserve_model_idle_unloads",
+    "fnserve_model_evictions",
+    "fnserve_model_reloads",
+    "fnserve_model_memory_bytes",
+    "fnserve_model_instances",
 }
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")

@@ -9,7 +9,7 @@ frontend parses that same form into the protobuf message, so there is one source
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,6 +25,8 @@ _ACTIONS = ("REJECT", "DELAY")
 _ISOLATIONS = ("thread", "process")
 # The `parameters` key that carries the execution timeout (what a config.pbtxt would set).
 EXECUTION_TIMEOUT_KEY = "execution_timeout_s"
+IDLE_TIMEOUT_KEY = "idle_timeout_s"
+MIN_INSTANCES_KEY = "min_instances"
 
 
 def _freeze(record: object, name: str, kind: type[tuple[Any, ...]] | type[dict[Any, Any]]) -> None:
@@ -226,6 +228,8 @@ class ModelConfig:
     parameters: Mapping[str, str] = field(default_factory=dict)
     backend: str = "python"
     execution_timeout_s: float | None = None
+    idle_timeout_s: float | None = None  # scale to zero after this long unused (0: never)
+    min_instances: int | None = None  # > 0: never scaled to zero nor evicted
     platform: str = ""  # Triton's platform name, when a config.pbtxt gives one
     warmup: Sequence[Warmup] = ()
     ensemble: Sequence[EnsembleStep] = ()  # the steps of an ensemble (platform "ensemble")
@@ -235,7 +239,7 @@ class ModelConfig:
             _freeze(self, name, tuple)
         _freeze(self, "parameters", dict)
         _ConfigValidator(self).validate()
-        _merge_execution_timeout(self)
+        _merge_parameters(self)
 
     @property
     def batching(self) -> bool:
@@ -314,41 +318,56 @@ def _warmup_json(w: Warmup) -> dict[str, Any]:
     return {"name": w.name, "batch_size": w.batch_size, "inputs": inputs, "count": w.count}
 
 
-def _merge_execution_timeout(config: ModelConfig) -> None:
-    """One value in two places: the field (from `@model`) and `parameters` (Triton's JSON).
-
-    The field fills the parameter so the config JSON shows it; a parameter alone (a
-    config.pbtxt) fills the field. Both given and different is an error.
-    """
-    name = config.name
-    raw = config.parameters.get(EXECUTION_TIMEOUT_KEY)
-    from_parameter = None if raw is None else _timeout_value(name, raw)
-    value = config.execution_timeout_s
-    if value is None:
-        object.__setattr__(config, "execution_timeout_s", from_parameter)
-        return
-    value = _timeout_value(name, value)
-    if from_parameter is not None and from_parameter != value:
-        raise ModelConfigError(
-            f"model '{name}': execution_timeout_s={value:g} disagrees with parameter "
-            f"{EXECUTION_TIMEOUT_KEY}={raw!r}; set one of them"
-        )
-    object.__setattr__(config, "execution_timeout_s", value)
-    parameters = {**config.parameters, EXECUTION_TIMEOUT_KEY: f"{value:g}"}
-    object.__setattr__(config, "parameters", parameters)
+def _merge_parameters(config: ModelConfig) -> None:
+    """Settings held in two places: a field (from `@model`) and `parameters` (config.pbtxt,
+    Triton's JSON). The field fills the parameter so the config JSON shows it; a parameter
+    alone fills the field. Both given and different is an error."""
+    for key, parse in _FIELD_PARAMETERS.items():
+        name = config.name
+        raw = config.parameters.get(key)
+        from_parameter = None if raw is None else parse(name, key, raw)
+        value = getattr(config, key)
+        if value is None:
+            object.__setattr__(config, key, from_parameter)
+            continue
+        value = parse(name, key, value)
+        if from_parameter is not None and from_parameter != value:
+            raise ModelConfigError(
+                f"model '{name}': {key}={value:g} disagrees with parameter {key}={raw!r}; "
+                f"set one of them"
+            )
+        object.__setattr__(config, key, value)
+        object.__setattr__(config, "parameters", {**config.parameters, key: f"{value:g}"})
 
 
-def _timeout_value(model: str, raw: object) -> float:
+def _seconds(model: str, key: str, raw: object) -> float:
     try:
         value = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         value = -1.0
     if isinstance(raw, bool) or not value >= 0 or value == float("inf"):
         raise ModelConfigError(
-            f"model '{model}': execution_timeout_s must be a number of seconds >= 0 "
-            f"(0: no limit), got {raw!r}"
+            f"model '{model}': {key} must be a number of seconds >= 0 (0: no limit), got {raw!r}"
         )
     return value
+
+
+def _count(model: str, key: str, raw: object) -> int:
+    try:
+        value = int(str(raw))
+    except ValueError:
+        value = -1
+    if isinstance(raw, bool) or isinstance(raw, float) or value < 0:
+        raise ModelConfigError(f"model '{model}': {key} must be an integer >= 0, got {raw!r}")
+    return value
+
+
+# Field name == parameter key -> its parser (model name, key, raw value).
+_FIELD_PARAMETERS: dict[str, Callable[[str, str, object], float]] = {
+    EXECUTION_TIMEOUT_KEY: _seconds,
+    IDLE_TIMEOUT_KEY: _seconds,
+    MIN_INSTANCES_KEY: _count,
+}
 
 
 def _input_json(t: Tensor) -> dict[str, Any]:

@@ -20,12 +20,16 @@ class ModelDefaults(NamedTuple):
         max_queue_size: requests one model may hold waiting, when its queue policy sets none.
         drain_timeout_s: how long an unload waits for queued and running requests.
         debug_errors: send model error messages whole (host paths included) to clients.
+        idle_timeout_s: scale a model to zero after this long unused (0: never).
+        cold_start_timeout_s: how long requests wait for a scaled-to-zero model to come back.
     """
 
     execution_timeout_s: float = 0.0
     max_queue_size: int = 1024
     drain_timeout_s: float = 30.0
     debug_errors: bool = False
+    idle_timeout_s: float = 0.0
+    cold_start_timeout_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,13 @@ class ServerConfig:
         execution_timeout_s: default limit of one model execution (0: none); a model's own
             `execution_timeout_s` wins.
         max_queue_size: default bound of each model's queue when its queue policy sets none.
+        idle_timeout_s: default time a model may go unused before it scales to zero (0:
+            never); a model's own `idle_timeout_s` wins.
+        cold_start_timeout_s: how long requests for a scaled-to-zero model wait for its cold
+            start before 503 / UNAVAILABLE.
+        memory_budget_bytes: host memory the loaded models may use together (0: no budget);
+            past it the least recently used idle models are scaled to zero.
+        gpu_memory_budget_bytes: the same for each GPU (0: no budget).
         debug_errors: send model exception messages to clients unscrubbed.
         max_name_length: longest model name, version or tensor name a request may give.
         max_bytes_elements: most BYTES elements in one inference request (all inputs).
@@ -84,6 +95,10 @@ class ServerConfig:
     shutdown_timeout_s: float = 30.0
     execution_timeout_s: float = 0.0
     max_queue_size: int = 1024
+    idle_timeout_s: float = 0.0
+    cold_start_timeout_s: float = 60.0
+    memory_budget_bytes: int = 0
+    gpu_memory_budget_bytes: int = 0
     debug_errors: bool = False
     max_name_length: int = DEFAULT_LIMITS.max_name_length
     max_bytes_elements: int = DEFAULT_LIMITS.max_bytes_elements
@@ -101,8 +116,14 @@ class ServerConfig:
                 f"timeouts must be >= 0 seconds, got execution_timeout_s="
                 f"{self.execution_timeout_s} and shutdown_timeout_s={self.shutdown_timeout_s}"
             )
-        if self.max_queue_size < 0:
-            raise ModelConfigError(f"max_queue_size must be >= 0, got {self.max_queue_size}")
+        for name in ("max_queue_size", "idle_timeout_s", "memory_budget_bytes",
+                     "gpu_memory_budget_bytes"):  # fmt: skip
+            if getattr(self, name) < 0:
+                raise ModelConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.cold_start_timeout_s <= 0:
+            raise ModelConfigError(
+                f"cold_start_timeout_s must be > 0, got {self.cold_start_timeout_s}"
+            )
         if self.model_control_mode not in ("none", "explicit"):
             raise ModelConfigError(
                 f"model control mode must be 'none' or 'explicit', got "
@@ -140,6 +161,8 @@ class ServerConfig:
             self.max_queue_size,
             self.shutdown_timeout_s,
             self.debug_errors,
+            self.idle_timeout_s,
+            self.cold_start_timeout_s,
         )
 
     def startup_models(self) -> tuple[str, ...] | None:

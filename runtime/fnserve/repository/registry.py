@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from fnserve.backends.base import ModelSpec
 from fnserve.errors import ModelNotFoundError, ModelNotReadyError, RepositoryError
+from fnserve.repository.budget import MemoryBudget
 from fnserve.repository.discover import ImportFailure
 from fnserve.repository.handle import ModelHandle
 from fnserve.scheduling.supervisor import Supervisor
@@ -25,11 +26,15 @@ class ModelRegistry:
     Args:
         supervisor: handed to every handle, for the background work of what it loads.
         caller: handed to every handle, for ensembles to call their steps.
+
+    It owns the memory budget every handle's loads must fit (`budget`; none until its sizes
+    are set).
     """
 
     def __init__(self, supervisor: Supervisor, caller: ModelCaller | None = None) -> None:
         self._supervisor = supervisor
         self._caller = caller
+        self.budget = MemoryBudget(0, 0, self.handles)
         self._handles: dict[str, dict[str, ModelHandle]] = {}
         self._ordered: dict[str, list[ModelHandle]] = {}  # versions by number, for lookups
         self._failed: dict[str, list[IndexEntry]] = {}  # models of files that failed to import
@@ -75,7 +80,7 @@ class ModelRegistry:
                 f"model '{config.name}' version {key} is defined twice: at "
                 f"{versions[key].spec.location()} and at {spec.location()}"
             )
-        handle = versions[key] = ModelHandle(spec, self._supervisor, self._caller)
+        handle = versions[key] = ModelHandle(spec, self._supervisor, self._caller, self.budget)
         self._ordered[config.name] = [versions[k] for k in sorted(versions, key=int)]
         return handle
 

@@ -67,15 +67,23 @@ class DaemonWorker:
 
     def _work(self) -> None:
         while (call := self._calls.get()) is not None:
-            start, settle, fn, args = call
-            if not start():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # handed to the awaiting side, never lost
-                settle(None, exc)
-            else:
-                settle(result, None)
+            self._run(*call)
+            # Nothing of a finished call may stay referenced from this frame while it waits:
+            # a released model's instance would stay in memory until the next call.
+            del call
+
+    @staticmethod
+    def _run(
+        start: Callable[[], bool], settle: _Settle, fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> None:
+        if not start():
+            return
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting side, never lost
+            settle(None, exc)
+        else:
+            settle(result, None)
 
     def shutdown(self, wait: bool) -> None:
         """Stop after the calls already queued; `wait` joins the thread (never do that on

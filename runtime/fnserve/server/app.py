@@ -129,6 +129,8 @@ async def serve(
         grpc_sock.getsockname()[1],
         metrics_sock.getsockname()[1],
     )
+    runtime.registry.budget.host_bytes = config.memory_budget_bytes
+    runtime.registry.budget.gpu_bytes = config.gpu_memory_budget_bytes
     await runtime.start(config.model_defaults(), config.startup_models())
     config = fit_connections_to_fds(config)
     grpc_server = GrpcServer(grpc_services(runtime, config), config)

@@ -12,6 +12,7 @@ against: tests/server/triton_metrics_reference.txt, scraped from a real Triton 2
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from fnserve.runtime import Runtime
-from fnserve.stats import FAILURE_REASONS, LATENCY_BUCKETS_US, ModelStats
+from fnserve.runtime import LifecycleRecord, Runtime
+from fnserve.stats import COLD_START_BUCKETS_S, FAILURE_REASONS, LATENCY_BUCKETS_US, ModelStats
 from fnserve.types import IndexEntry, ModelState
 
 _LABELS = ["model", "version"]
@@ -57,6 +58,7 @@ class RuntimeCollector(Collector):
         yield _latency_histogram(stats)
         yield _states(self._runtime.repository_index())
         yield _load_durations(stats)
+        yield from _lifecycles(self._runtime.lifecycles())
 
 
 def _load_durations(stats: list[ModelStats]) -> GaugeMetricFamily:
@@ -70,6 +72,55 @@ def _load_durations(stats: list[ModelStats]) -> GaugeMetricFamily:
         family.add_metric([s.name, s.version, "build"], s.load_ns / 1e9)
         family.add_metric([s.name, s.version, "warmup"], s.warmup_ns / 1e9)
     return family
+
+
+def _lifecycles(records: list[LifecycleRecord]) -> Iterator[Metric]:
+    """fnserve only: cold starts, scale-to-zero, evictions, reloads, memory and instances."""
+    cold = HistogramMetricFamily(
+        "fnserve_model_cold_start_duration_seconds",
+        "Time from the first request to a scaled-to-zero model until it served (load + warmup)",
+        labels=_LABELS,
+    )
+    counters = {
+        "fnserve_model_cold_starts": ("Number of cold starts", lambda r: r.stats.cold_starts),
+        "fnserve_model_idle_unloads": (
+            "Number of times the model scaled to zero after its idle timeout",
+            lambda r: r.stats.idle_unloads,
+        ),
+        "fnserve_model_evictions": (
+            "Number of times the model scaled to zero to make room under the memory budget",
+            lambda r: r.stats.evictions,
+        ),
+        "fnserve_model_reloads": (
+            "Number of times new code or files replaced the model while it served",
+            lambda r: r.stats.reloads,
+        ),
+    }
+    memory = GaugeMetricFamily(
+        "fnserve_model_memory_bytes",
+        "Memory the model's instances hold, measured at load (0 when scaled to zero)",
+        labels=[*_LABELS, "device"],
+    )
+    instances = GaugeMetricFamily(
+        "fnserve_model_instances", "Instances the model runs now", labels=_LABELS
+    )
+    families = {name: _counter(name, doc) for name, (doc, _) in counters.items()}
+    for r in records:
+        labels = {"model": r.name, "version": r.version}
+        buckets = list(itertools.accumulate(r.stats.cold_start_buckets))
+        bounds = [f"{b:g}" for b in COLD_START_BUCKETS_S] + ["+Inf"]
+        cold.add_metric([r.name, r.version], list(zip(bounds, buckets, strict=True)),
+                        r.stats.cold_start_s)  # fmt: skip
+        for name, (_, value) in counters.items():
+            families[name].add_sample(name, labels, value(r))  # type: ignore[no-untyped-call]
+        memory.add_metric([r.name, r.version, "host"], r.memory.host_bytes)
+        for index, used in r.memory.gpu_bytes:
+            memory.add_metric([r.name, r.version, f"gpu{index}"], used)
+        instances.add_metric([r.name, r.version], r.instances)
+    yield cold
+    yield from families.values()
+    yield memory
+    yield instances
 
 
 def _states(entries: list[IndexEntry]) -> GaugeMetricFamily:

@@ -13,6 +13,7 @@ _TRITON_STATES = {
     ModelState.LOADING: "LOADING",
     ModelState.WARMING: "LOADING",
     ModelState.READY: "READY",
+    ModelState.IDLE: "READY",  # it serves: the next request cold-starts it
     ModelState.DRAINING: "UNLOADING",
     ModelState.FAILED: "UNAVAILABLE",
 }

@@ -16,6 +16,7 @@ from fnserve.errors import (
     CancelledError,
     DeadlineExceededError,
     InvalidInputError,
+    MemoryBudgetError,
     ModelExecutionError,
     ModelNotFoundError,
     ModelNotReadyError,
@@ -37,6 +38,7 @@ MAX_MESSAGE_CHARS = 1024
 # take the entry of their nearest mapped ancestor.
 STATUS_BY_ERROR: dict[type[Exception], Status] = {
     InvalidInputError: Status.INVALID_ARGUMENT,
+    MemoryBudgetError: Status.RESOURCE_EXHAUSTED,
     PayloadTooLargeError: Status.RESOURCE_EXHAUSTED,
     ModelNotFoundError: Status.NOT_FOUND,
     ModelNotReadyError: Status.UNAVAILABLE,

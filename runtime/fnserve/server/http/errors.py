@@ -16,6 +16,7 @@ from fnserve.errors import (
     DeadlineExceededError,
     FnserveError,
     InvalidInputError,
+    MemoryBudgetError,
     ModelExecutionError,
     ModelNotFoundError,
     ModelNotReadyError,
@@ -28,6 +29,7 @@ from fnserve.errors import (
 log = logging.getLogger(__name__)
 
 _STATUS: dict[type[FnserveError], int] = {
+    MemoryBudgetError: 503,
     PayloadTooLargeError: 413,
     InvalidInputError: 400,
     ModelNotFoundError: 404,
