@@ -30,7 +30,7 @@ import numpy as np
 
 from fnserve.errors import FnserveError, InvalidInputError
 from fnserve.tensors import datatype_of
-from fnserve.types import Array, InferInput, InferRequest, ModelCaller
+from fnserve.types import Array, InferInput, InferRequest, ModelCaller, ParamValue
 
 # The models the batch being executed was called through (with the executing model last),
 # and the client of the instance executing it; set by the batch runner around each batch.
@@ -61,8 +61,11 @@ class ModelClient:
         version: str = "",
         outputs: Sequence[str] | None = None,
         chain: tuple[str, ...] | None = None,
+        parameters: Mapping[str, ParamValue] | None = None,
     ) -> dict[str, Array]:
         """Run `model` on `inputs` (numpy arrays by input name); its outputs by name.
+
+        `parameters` are the request's (`timeout`, `priority` and custom keys, as a client's).
 
         Raises:
             FnserveError: of the class the callee's clients would get (unknown model, bad
@@ -74,6 +77,7 @@ class ModelClient:
             tuple(InferInput(n, datatype_of(a), np.asarray(a)) for n, a in inputs.items()),
             model_version=version,
             outputs=None if outputs is None else tuple(outputs),
+            parameters={} if parameters is None else parameters,
             call_chain=CALL_CHAIN.get() if chain is None else chain,
         )
         try:
@@ -88,6 +92,7 @@ class ModelClient:
         inputs: Mapping[str, Array],
         version: str = "",
         outputs: Sequence[str] | None = None,
+        parameters: Mapping[str, ParamValue] | None = None,
     ) -> dict[str, Array]:
         """`ainfer` for synchronous models: blocks their thread until the answer is there.
 
@@ -104,7 +109,7 @@ class ModelClient:
                 "infer_blocking() was called on the event loop: in an async model use "
                 "`await fnserve.infer(...)`"
             )
-        coro = self.ainfer(model, inputs, version, outputs, chain=CALL_CHAIN.get())
+        coro = self.ainfer(model, inputs, version, outputs, CALL_CHAIN.get(), parameters)
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 

@@ -287,10 +287,11 @@ def test_an_unprovided_pb_utils_call_names_itself(tmp_path: Path) -> None:
     assert not hasattr(pb_utils, "get_model_dir")  # still an AttributeError for feature checks
 
 
-def test_bls_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["exec", "async_exec"])
+def test_bls_to_a_decoupled_model_is_refused_naming_it(tmp_path: Path, method: str) -> None:
     path = _write(
         tmp_path,
-        """
+        f"""
         import triton_python_backend_utils as pb_utils
 
         class TritonPythonModel:
@@ -300,11 +301,38 @@ def test_bls_is_refused_with_a_clear_message(tmp_path: Path) -> None:
                     requested_output_names=["Y"],
                     inputs=[pb_utils.Tensor("X", requests[0].inputs()[0].as_numpy())],
                 )
-                return [call.exec()]
+                return [call.{method}(decoupled=True)]
         """,
     )
-    with pytest.raises(pb_utils.TritonModelException, match="BLS.*not supported by fnserve"):
+    with pytest.raises(pb_utils.TritonModelException) as info:
         _backend(path).execute(_inputs(), [{}])
+    assert str(info.value).startswith(
+        f"pb_utils.InferenceRequest.{method}(decoupled=True) is not provided by fnserve"
+    )
+
+
+def test_bls_outside_execute_fails_naming_where_it_works(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                x = pb_utils.Tensor("X", np.zeros((1, 4), np.float32))
+                pb_utils.InferenceRequest(model_name="other", inputs=[x]).exec()
+
+            def execute(self, requests):
+                return []
+        """,
+    )
+    with pytest.raises(RepositoryError) as info:
+        _backend(path)
+    assert (
+        "TritonModelException: pb_utils.InferenceRequest.exec: BLS is only supported during "
+        "the 'execute' function"
+    ) in str(info.value)
 
 
 async def test_an_async_execute_is_awaited(tmp_path: Path) -> None:

@@ -9,6 +9,10 @@ batch dimension, one parameters mapping per original request), not the requests 
 So `execute` gets ONE `InferenceRequest` holding the whole batch, as Triton's dynamic batcher
 does for a model that reads its inputs as batched tensors; a model that relies on seeing each
 request separately (per-request ids or parameters) sees one request instead.
+
+BLS: `execute` may call other models with `pb_utils.InferenceRequest(...).exec()` or, when it
+is an `async def`, `await request.async_exec()` (`bls.py`); an async execute's calls are
+cancelled with it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fnserve.backends.base import ModelFileSpec
-from fnserve.backends.triton_python import pb_utils
+from fnserve.backends.triton_python import bls, pb_utils
 from fnserve.errors import ModelExecutionError, RepositoryError
 from fnserve.model import InstanceContext
 from fnserve.types import Array, ParamValue
@@ -109,8 +113,11 @@ class TritonPythonBackend:
     async def aexecute(
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
     ) -> dict[str, Array]:
-        """For `async def execute` (Triton allows it): awaited on the server's event loop."""
-        return self._outputs_of(await self._model.execute([self._request(inputs, parameters)]))
+        """For `async def execute` (Triton allows it): awaited on the server's event loop; the
+        BLS calls it starts are cancelled with it."""
+        with bls.async_execute_scope():
+            responses = await self._model.execute([self._request(inputs, parameters)])
+        return self._outputs_of(responses)
 
     def unload(self) -> None:
         """Call `finalize()` once; its failure is logged: the instance goes regardless."""

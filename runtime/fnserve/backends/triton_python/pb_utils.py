@@ -3,19 +3,36 @@
 pb_utils` finds this module: the backend installs it in `sys.modules` under that name).
 
 Tensors live in host memory as numpy arrays (BYTES as object arrays of `bytes`), as fnserve
-hands them over. What a model may touch but fnserve does not provide (BLS `exec`, decoupled
-response senders, `ModelConfig` auto-completion, ...) fails with a `TritonModelException`
-naming the call, never with a bare AttributeError deep in the user's code.
+hands them over. BLS works as in Triton: `InferenceRequest(model_name=..., inputs=[...],
+requested_output_names=[...]).exec()` from a sync `execute`, `await request.async_exec()` from
+an `async def execute`; the call goes through the callee's scheduler in-process (`bls.py`), and
+the callee's failure comes back as a response whose `has_error()` is True. What a model may
+touch but fnserve does not provide (`exec(decoupled=True)`, decoupled response senders,
+`ModelConfig` auto-completion, ...) fails with a `TritonModelException` naming the call, never
+with a bare AttributeError deep in the user's code.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
+
+from fnserve.backends.triton_python import bls
+from fnserve.errors import (
+    CancelledError,
+    FnserveError,
+    InvalidInputError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    UnavailableError,
+    UnsupportedError,
+)
 
 __all__ = [
     "InferenceRequest",
@@ -173,15 +190,17 @@ class _Capsule:
 
 
 class InferenceRequest:
-    """What `execute` receives; a model may also build one (Triton's BLS), but fnserve cannot
-    run it yet: `exec` and `async_exec` raise.
+    """What `execute` receives; a model also builds one to call another model (BLS).
 
     Args:
         model_name: (BLS) the model to call.
-        requested_output_names: the outputs wanted (fnserve: every declared output).
+        requested_output_names: (BLS) the outputs wanted; none named: all of them.
         inputs: the input tensors.
-        request_id, correlation_id, flags, timeout, model_version: as in Triton.
-        parameters: a mapping, or its JSON text.
+        model_version: (BLS) the callee's version; -1: the latest ready one.
+        timeout: (BLS) microseconds it may wait in the callee's queue, as Triton's request
+            timeout (honoured where the callee's queue policy allows overriding it).
+        request_id, correlation_id, flags: as in Triton (a BLS call does not pass them on).
+        parameters: a mapping of str, int, float or bool values, or its JSON text.
     """
 
     def __init__(
@@ -195,7 +214,7 @@ class InferenceRequest:
         flags: int = 0,
         timeout: int = 0,
         parameters: Mapping[str, Any] | str | None = None,
-        **_others: Any,  # preferred_memory, trace: BLS details, moot while exec() raises
+        **_others: Any,  # preferred_memory, trace: outputs are host memory, nothing is traced
     ) -> None:
         self.model_name = model_name
         self.model_version = model_version
@@ -240,16 +259,36 @@ class InferenceRequest:
             "(decoupled models are not supported yet)"
         )
 
-    def exec(self, *_: Any, **__: Any) -> NoReturn:
-        raise TritonModelException(
-            "pb_utils.InferenceRequest.exec: BLS (calling another model from model.py) is "
-            "not supported by fnserve yet"
-        )
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        """Run this request on `model_name` and wait for its response (BLS, from a sync
+        `execute`); the callee's failure is a response whose `has_error()` is True.
 
-    async def async_exec(self, *_: Any, **__: Any) -> NoReturn:
-        raise TritonModelException(
-            "pb_utils.InferenceRequest.async_exec: BLS (calling another model from model.py) "
-            "is not supported by fnserve yet"
+        Raises:
+            TritonModelException: `decoupled=True`, called outside `execute`, or on the event
+                loop of an `async def execute` (await `async_exec()` there).
+        """
+        with _bls_usage("exec", decoupled):
+            return bls.run(self._call(), _response_of)
+
+    def async_exec(self, decoupled: bool = False) -> asyncio.Future[InferenceResponse]:
+        """`exec` for an `async def execute`: the call starts now, the future (await it, or
+        `asyncio.gather` several) gives its response. A sync `execute` may use it inside a
+        loop of its own (`asyncio.run`).
+
+        Raises:
+            TritonModelException: `decoupled=True`, called outside `execute`, or with no event
+                loop running.
+        """
+        with _bls_usage("async_exec", decoupled):
+            return bls.start(self._call(), _response_of)
+
+    def _call(self) -> bls.Call:
+        return bls.Call(
+            self.model_name,
+            {t.name(): bls.host_array(t.as_numpy()) for t in self._inputs},
+            "" if self.model_version < 0 else str(self.model_version),
+            tuple(self._requested) or None,
+            bls.parameters_of(self._parameters, self._timeout),
         )
 
 
@@ -279,6 +318,40 @@ class InferenceResponse:
 
     def error(self) -> TritonError | None:
         return self._error
+
+
+# The TritonError code of each error a BLS callee's clients would get (first match wins).
+_ERROR_CODES: tuple[tuple[type[FnserveError], int], ...] = (
+    (InvalidInputError, TritonError.INVALID_ARG),
+    (ModelNotFoundError, TritonError.NOT_FOUND),
+    (ModelNotReadyError, TritonError.UNAVAILABLE),
+    (UnavailableError, TritonError.UNAVAILABLE),
+    (CancelledError, TritonError.CANCELLED),
+    (UnsupportedError, TritonError.UNSUPPORTED),
+)
+
+
+@contextlib.contextmanager
+def _bls_usage(method: str, decoupled: bool) -> Iterator[None]:
+    """A BLS call fnserve cannot make fails here, naming the method."""
+    if decoupled:
+        raise TritonModelException(
+            f"pb_utils.InferenceRequest.{method}(decoupled=True) is not provided by fnserve "
+            f"(calls to decoupled models need response iterators, and decoupled models are not "
+            f"supported yet)"
+        )
+    try:
+        yield
+    except bls.UsageError as exc:
+        raise TritonModelException(f"pb_utils.InferenceRequest.{method}: {exc}") from None
+
+
+def _response_of(outcome: bls.Outcome) -> InferenceResponse:
+    """A BLS call's response: the callee's outputs, or its error with Triton's code."""
+    if isinstance(outcome, FnserveError):
+        code = next((c for t, c in _ERROR_CODES if isinstance(outcome, t)), TritonError.INTERNAL)
+        return InferenceResponse(error=TritonError(outcome.message, code))
+    return InferenceResponse([Tensor(name, array) for name, array in outcome.items()])
 
 
 class Logger:
