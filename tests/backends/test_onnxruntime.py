@@ -21,9 +21,11 @@ from fnserve.backends.registry import factory_for
 from fnserve.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, Tensor
 from fnserve.errors import InvalidInputError, ModelExecutionError, RepositoryError
 from fnserve.model import InstanceContext
+from fnserve.repository.model_dirs import read_model_dir
 from fnserve.runtime import Runtime
 from fnserve.scheduling.runner import BatchRunner
-from fnserve.types import InferInput, InferRequest
+from fnserve.types import InferInput, InferRequest, ModelState
+from tests.backends.gpu import requires_cuda
 
 CPU = InstanceContext("m", 1, 0, "KIND_CPU", "cpu", {})
 
@@ -388,9 +390,9 @@ def test_other_backends_of_model_files_are_refused(add_one: Path) -> None:
         name="t",
         inputs=[Tensor("X", "FP32", [-1, 4])],
         outputs=[Tensor("Y", "FP32", [-1, 4])],
-        backend="tensorrt",
+        backend="openvino",
     )
-    with pytest.raises(RepositoryError, match="backend 'tensorrt'"):
+    with pytest.raises(RepositoryError, match="backend 'openvino', which fnserve does not"):
         factory_for(ModelFileSpec(config, add_one))
 
 
@@ -410,3 +412,121 @@ async def test_concurrent_requests_through_the_runtime(add_one: Path) -> None:
         await runtime.aclose()
     for x, response in zip(xs, responses, strict=True):
         np.testing.assert_array_equal(response.outputs[0].data, x + 1)
+
+
+# execution accelerators (optimization.execution_accelerators): providers from the config
+
+ACCELERATED = """
+instance_group [ { kind: %s } ]
+optimization { execution_accelerators {
+  gpu_execution_accelerator : [ {
+    name : "tensorrt"
+    parameters { key: "precision_mode" value: "FP16" }
+    parameters { key: "trt_engine_cache_enable" value: "1" }
+    parameters { key: "trt_engine_cache_path" value: "%s" }
+  } ]
+} }
+"""
+
+
+def _model_dir(root: Path, name: str, onnx_file: Path, config: str) -> Path:
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "1" / "model.onnx").write_bytes(onnx_file.read_bytes())
+    (root / name / "config.pbtxt").write_text(config)
+    return root / name
+
+
+def test_gpu_accelerators_are_not_used_by_kind_cpu_instances(add_one: Path, tmp_path: Path) -> None:
+    config = ACCELERATED % ("KIND_CPU", tmp_path / "cache")
+    (spec,) = read_model_dir(_model_dir(tmp_path, "accelerated", add_one, config))
+    assert spec.accelerators.gpu[0].name == "tensorrt"
+    backend = factory_for(spec).create(InstanceContext("accelerated", 1, 0, "KIND_CPU", "cpu", {}))
+    assert isinstance(backend, OnnxRuntimeBackend)
+    assert backend.session.get_providers() == ["CPUExecutionProvider"]  # as in Triton
+    x = np.ones((2, 4), dtype=np.float32)
+    np.testing.assert_array_equal(backend.execute({"X": x}, [{}])["Y"], x + 1)
+
+
+@pytest.mark.skipif(
+    "TensorrtExecutionProvider" in ort.get_available_providers(),
+    reason="this onnxruntime has TensorRT",
+)
+def test_a_missing_tensorrt_provider_fails_the_load_saying_what_to_install(
+    add_one: Path, tmp_path: Path
+) -> None:
+    config = ACCELERATED % ("KIND_GPU", tmp_path / "cache")
+    (spec,) = read_model_dir(_model_dir(tmp_path, "accelerated", add_one, config))
+    gpu = InstanceContext("accelerated", 1, 0, "KIND_GPU", "cuda:0", {})
+    with pytest.raises(RepositoryError) as info:
+        factory_for(spec).create(gpu)
+    message = str(info.value)
+    assert message.startswith("model 'accelerated' (")
+    assert "asks for the TensorRT execution provider (TensorrtExecutionProvider), which " in message
+    assert f"(available: {', '.join(ort.get_available_providers())})" in message
+    assert "pip install 'fnserve[gpu]'" in message
+
+
+async def test_an_unknown_accelerator_fails_only_its_model(add_one: Path, tmp_path: Path) -> None:
+    unknown = (
+        'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "dnnl" } ] } }'
+    )
+    bad = read_model_dir(_model_dir(tmp_path, "bad", add_one, unknown))
+    good = read_model_dir(_model_dir(tmp_path, "good", add_one, ""))
+    runtime = Runtime([*bad, *good])
+    await runtime.start()
+    try:
+        index = {e.name: e for e in runtime.repository_index()}
+        assert index["bad"].state is ModelState.FAILED
+        assert "unknown cpu execution accelerator 'dnnl'" in index["bad"].reason
+        x = np.zeros((1, 4), dtype=np.float32)
+        response = await runtime.infer(InferRequest("good", (InferInput("X", "FP32", x),)))
+        np.testing.assert_array_equal(response.outputs[0].data, x + 1)
+    finally:
+        await runtime.aclose()
+
+
+# on a GPU: the CUDA and TensorRT execution providers really run (onnxruntime-gpu needed)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_the_cuda_provider_runs_with_its_options(add_one: Path, tmp_path: Path) -> None:
+    config = """
+    instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]
+    optimization { execution_accelerators { gpu_execution_accelerator : [ {
+      name : "cuda"
+      parameters { key: "do_copy_in_default_stream" value: "true" }
+    } ] } }
+    """
+    (spec,) = read_model_dir(_model_dir(tmp_path, "on_cuda", add_one, config))
+    gpu = InstanceContext("on_cuda", 1, 0, "KIND_GPU", "cuda:0", {})
+    backend = factory_for(spec).create(gpu)
+    assert isinstance(backend, OnnxRuntimeBackend)
+    session = backend.session
+    assert session.get_providers()[0] == "CUDAExecutionProvider"
+    options = session.get_provider_options()["CUDAExecutionProvider"]
+    assert (options["device_id"], options["do_copy_in_default_stream"]) == ("0", "1")
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(backend.execute({"X": x}, [{}])["Y"], x + np.float32(1))
+
+
+@pytest.mark.gpu
+@requires_cuda
+async def test_the_tensorrt_provider_runs_with_its_options(add_one: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    specs = read_model_dir(
+        _model_dir(tmp_path, "on_trt", add_one, ACCELERATED % ("KIND_GPU", cache))
+    )
+    runtime = Runtime(specs)
+    await runtime.start()
+    try:
+        index = {e.name: e for e in runtime.repository_index()}
+        assert index["on_trt"].state is ModelState.READY, index["on_trt"].reason
+        x = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)
+        response = await runtime.infer(InferRequest("on_trt", (InferInput("X", "FP32", x),)))
+    finally:
+        await runtime.aclose()
+    # FP16 (precision_mode) rounds; the engine cache (trt_engine_cache_*) holds the engine built
+    np.testing.assert_allclose(response.outputs[0].data, x + 1, rtol=1e-2, atol=1e-2)
+    assert any(cache.iterdir())

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from fnserve.config.pbtxt import parse_config, to_model_config
+from fnserve.config.pbtxt import (
+    Accelerator,
+    ExecutionAccelerators,
+    parse_config,
+    to_accelerators,
+    to_model_config,
+)
 from fnserve.errors import ModelConfigError
 
 FULL = """
@@ -60,9 +66,8 @@ def test_a_full_config_becomes_a_model_config() -> None:
             "field 'input.format'",
         ),
         (
-            "optimization { execution_accelerators { cpu_execution_accelerator [ "
-            '{ name: "x" } ] } }',
-            "field 'optimization'",
+            "optimization { cuda { graphs: true } }",
+            "field 'optimization.cuda' is not supported: CUDA graphs",
         ),
     ],
 )
@@ -77,3 +82,64 @@ def test_a_missing_datatype_is_refused() -> None:
     message.output.add(name="Y", data_type=1, dims=[1])
     with pytest.raises(ModelConfigError, match="tensor 'X': data_type is missing"):
         to_model_config(message, 1)
+
+
+# optimization: execution accelerators are read; every other field is refused by name
+
+ACCELERATED = """
+name: "m"
+backend: "onnxruntime"
+optimization { execution_accelerators {
+  gpu_execution_accelerator : [ {
+    name : "tensorrt"
+    parameters { key: "precision_mode" value: "FP16" }
+    parameters { key: "max_workspace_size_bytes" value: "1073741824" }
+  }, { name: "cuda" } ]
+  cpu_execution_accelerator : [ { name : "openvino" } ]
+} }
+"""
+
+
+def test_execution_accelerators_are_read_in_order() -> None:
+    accelerators = to_accelerators(parse_config(ACCELERATED, "m/config.pbtxt"))
+    assert accelerators == ExecutionAccelerators(
+        gpu=(
+            Accelerator(
+                "tensorrt",
+                {"precision_mode": "FP16", "max_workspace_size_bytes": "1073741824"},
+            ),
+            Accelerator("cuda"),
+        ),
+        cpu=(Accelerator("openvino"),),
+    )
+    assert accelerators
+    assert not to_accelerators(parse_config('backend: "onnxruntime"', "c"))
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "tensorrt", "python"])
+def test_execution_accelerators_of_other_backends_are_refused(backend: str) -> None:
+    message = parse_config(ACCELERATED.replace('"onnxruntime"', f'"{backend}"'), "c")
+    with pytest.raises(ModelConfigError) as caught:
+        to_accelerators(message)
+    assert f"not supported by backend '{backend}'" in str(caught.value)
+    assert "'optimization.execution_accelerators'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("graph", "{ level: 1 }"),
+        ("priority", ": PRIORITY_MAX"),
+        ("cuda", "{ busy_wait_events: true }"),
+        ("input_pinned_memory", "{ enable: false }"),
+        ("output_pinned_memory", "{ enable: false }"),
+        ("gather_kernel_buffer_threshold", ": 4"),
+        ("eager_batching", ": true"),
+    ],
+)
+def test_other_optimization_fields_are_refused_by_name(field: str, value: str) -> None:
+    with pytest.raises(ModelConfigError) as caught:
+        parse_config(f"optimization {{ {field} {value} }}", "m/config.pbtxt")
+    message = str(caught.value)
+    assert f"field 'optimization.{field}' is not supported: " in message
+    assert "not implemented" in message

@@ -9,11 +9,12 @@ Specs today are `@model` definitions; config.pbtxt + model file specs plug in th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from fnserve.config.model_config import ModelConfig, Tensor
+from fnserve.config.pbtxt import ExecutionAccelerators
 from fnserve.model import InstanceContext
 from fnserve.types import Array, ParamValue
 
@@ -38,10 +39,12 @@ class ModelFileSpec:
     Args:
         config: its effective configuration (config.pbtxt, completed from the file).
         path: the model file.
+        accelerators: config.pbtxt's `optimization.execution_accelerators` (onnxruntime only).
     """
 
     config: ModelConfig
     path: Path
+    accelerators: ExecutionAccelerators = field(default_factory=ExecutionAccelerators)
 
     def location(self) -> str:
         return str(self.path)
@@ -87,10 +90,13 @@ class ModelSignature:
 
     Dims are the FULL shapes the file gives, -1 for any symbolic or unknown dimension; whether
     the first one is a batch dimension is the caller's decision (`batchable` helps).
+    `max_batch_size` is the largest batch the file itself allows (a TensorRT plan's
+    optimization profile), None where the file sets no limit (ONNX).
     """
 
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
+    max_batch_size: int | None = None
 
     def batchable(self) -> bool:
         """Triton's autocomplete rule: every tensor has rank >= 1 and a variable first dim."""

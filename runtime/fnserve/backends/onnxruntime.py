@@ -1,5 +1,6 @@
 """The ONNX Runtime backend (Triton's platform `onnxruntime_onnx`): one `InferenceSession` per
-instance runs a repository's `model.onnx`.
+instance runs a repository's `model.onnx`, with the execution providers its instance kind and
+its config's execution accelerators ask for (`execution_providers`).
 
 onnxruntime is optional (extra `onnx`; extra `gpu` brings onnxruntime-gpu). Importing this module
 without it raises an ImportError that says how to install it, which the registry turns into a
@@ -8,6 +9,7 @@ load error naming the model; servers of `@model` functions never import it.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from fnserve.backends.base import ModelFileSpec, ModelSignature
+from fnserve.backends.execution_providers import CPU, TENSORRT, execution_providers
 from fnserve.config.model_config import Tensor
 from fnserve.errors import InvalidInputError, RepositoryError
 from fnserve.model import InstanceContext
@@ -34,8 +37,6 @@ __all__ = ["ModelSignature", "OnnxRuntimeBackend", "OnnxRuntimeBackendFactory", 
 # because instances are the unit of parallelism here and N instances x all cores oversubscribes.
 INTRA_OP_KEY = "intra_op_thread_count"
 INTER_OP_KEY = "inter_op_thread_count"
-CPU = "CPUExecutionProvider"
-CUDA = "CUDAExecutionProvider"
 
 # onnxruntime's type strings -> protocol datatypes.
 _DATATYPES = {
@@ -98,18 +99,14 @@ class OnnxRuntimeBackend:
         config = spec.config
         where = f"model '{config.name}' ({spec.path})"
         self._model = config.name
-        session = _open(
-            spec.path,
-            _session_options(where, context.parameters),
-            _providers(where, context),
-            where,
+        providers = execution_providers(
+            where, spec.accelerators, context.kind, context.device, ort.get_available_providers()
         )
-        if context.kind == "KIND_GPU" and CUDA not in session.get_providers():
-            # onnxruntime falls back to the CPU (with a log line) when CUDA fails to start
-            raise RepositoryError(
-                f"{where}: onnxruntime could not start CUDAExecutionProvider on "
-                f"{context.device} (check the CUDA and cuDNN libraries it needs)"
-            )
+        if any(name == TENSORRT for name, _ in providers):
+            _load_tensorrt_libraries()
+        options = _session_options(where, context.parameters)
+        session = _open(spec.path, options, providers, where)
+        _check_started(where, context.device, providers, session.get_providers())
         signature = _signature(spec.path, session)
         _check_config(where, spec, signature)
         self._session: Any = session
@@ -201,20 +198,26 @@ def _thread_count(where: str, parameters: Mapping[str, str], key: str) -> int:
     return value
 
 
-def _providers(where: str, context: InstanceContext) -> list[Any]:
-    """CPU for KIND_CPU; CUDA on the instance's GPU (CPU for the nodes CUDA lacks) for KIND_GPU."""
-    if context.kind != "KIND_GPU":
-        return [CPU]
-    if CUDA not in ort.get_available_providers():
-        raise RepositoryError(
-            f"{where} asks for KIND_GPU but the installed onnxruntime has no "
-            f"CUDAExecutionProvider; pip install 'fnserve[gpu]' (onnxruntime-gpu, in place of "
-            f"onnxruntime), or use KIND_CPU"
-        )
-    prefix, _, index = context.device.partition(":")
-    if prefix != "cuda" or not index.isdigit():
-        raise RepositoryError(f"{where}: KIND_GPU needs a device 'cuda:N', got {context.device!r}")
-    return [(CUDA, {"device_id": int(index)}), CPU]
+def _load_tensorrt_libraries() -> None:
+    """Load libnvinfer from the `tensorrt` wheel, if installed, before onnxruntime's TensorRT
+    provider looks for it: the wheel keeps the libraries off the loader's path, and a library
+    already loaded is found by its name."""
+    try:
+        importlib.import_module("tensorrt")
+    except ImportError:
+        pass  # then the system's TensorRT, if any; a failure shows in _check_started
+
+
+def _check_started(where: str, device: str, wanted: list[Any], started: list[str]) -> None:
+    """onnxruntime falls back to the next provider (with a log line) when one fails to start;
+    serving on another device than configured would be a silent surprise, so it fails."""
+    for name, _ in wanted:
+        if name not in started:
+            raise RepositoryError(
+                f"{where}: onnxruntime could not start {name} on {device} (check the "
+                f"libraries it needs: CUDA and cuDNN for CUDA, TensorRT for TensorRT; "
+                f"onnxruntime's log says which is missing)"
+            )
 
 
 def _signature(path: Path, session: Any) -> ModelSignature:

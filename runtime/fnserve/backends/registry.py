@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any
 
 from fnserve.backends.base import BackendFactory, ModelFileSpec, ModelSpec
@@ -9,6 +11,13 @@ from fnserve.backends.python import PythonBackendFactory
 from fnserve.backends.triton_python.backend import TritonPythonBackendFactory
 from fnserve.errors import RepositoryError
 from fnserve.model import ModelDefinition
+
+# Backends of optional packages: backend -> (module, factory class, pip extra).
+_OPTIONAL = {
+    "onnxruntime": ("fnserve.backends.onnxruntime", "OnnxRuntimeBackendFactory", "onnx"),
+    "pytorch": ("fnserve.backends.pytorch", "PyTorchBackendFactory", "torch"),
+    "tensorrt": ("fnserve.backends.tensorrt", "TensorRTBackendFactory", "tensorrt"),
+}
 
 
 def factory_for(spec: ModelSpec) -> BackendFactory:
@@ -22,10 +31,8 @@ def factory_for(spec: ModelSpec) -> BackendFactory:
     if isinstance(spec, ModelDefinition) and backend == "python":
         definition: ModelDefinition[Any, Any] = spec
         return PythonBackendFactory(definition)
-    if isinstance(spec, ModelFileSpec) and backend == "onnxruntime":
-        return _onnxruntime_factory(spec)
-    if isinstance(spec, ModelFileSpec) and backend == "pytorch":
-        return _pytorch_factory(spec)
+    if isinstance(spec, ModelFileSpec) and backend in _OPTIONAL:
+        return _optional_factory(spec)
     if isinstance(spec, ModelFileSpec) and backend == "python":
         return TritonPythonBackendFactory(spec)
     raise RepositoryError(
@@ -34,25 +41,19 @@ def factory_for(spec: ModelSpec) -> BackendFactory:
     )
 
 
-def _onnxruntime_factory(spec: ModelFileSpec) -> BackendFactory:
-    """Imported here: onnxruntime is an optional, heavy dependency only its models pay for."""
+def _optional_factory(spec: ModelFileSpec) -> BackendFactory:
+    """Imported here: each of these backends needs optional, heavy packages that only its
+    models pay for; without them the model fails to load naming what to install."""
+    backend = spec.config.backend
+    module, factory, extra = _OPTIONAL[backend]
     try:
-        from fnserve.backends.onnxruntime import OnnxRuntimeBackendFactory
+        build: Callable[[ModelFileSpec], BackendFactory] = getattr(
+            importlib.import_module(module), factory
+        )
     except ImportError as exc:
+        cause = exc.__cause__ or exc  # the package that is missing, not the re-raise's text
         raise RepositoryError(
-            f"model '{spec.config.name}' ({spec.location()}) needs the onnxruntime backend, "
-            f"which is not installed: pip install 'fnserve[onnx]'"
+            f"model '{spec.config.name}' ({spec.location()}) needs backend '{backend}', which "
+            f"cannot be imported here ({cause}); pip install 'fnserve[{extra}]'"
         ) from exc
-    return OnnxRuntimeBackendFactory(spec)
-
-
-def _pytorch_factory(spec: ModelFileSpec) -> BackendFactory:
-    """Imported here: torch is an optional, heavy dependency only its models pay for."""
-    try:
-        from fnserve.backends.pytorch import PyTorchBackendFactory
-    except ImportError as exc:
-        raise RepositoryError(
-            f"model '{spec.config.name}' ({spec.location()}) needs the pytorch backend, "
-            f"which is not installed: pip install 'fnserve[torch]'"
-        ) from exc
-    return PyTorchBackendFactory(spec)
+    return build(spec)

@@ -4,12 +4,15 @@
 a parse error with its line and column), refuses every field fnserve does not implement (named,
 with the reason: a field silently ignored would serve something other than what was
 configured), and returns the message for the repository to complete from the model file.
-`to_model_config` turns a completed message into fnserve's `ModelConfig`.
+`to_model_config` turns a completed message into fnserve's `ModelConfig`, and
+`to_accelerators` reads its `optimization.execution_accelerators` (which only the onnxruntime
+backend uses, as in Triton).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,13 @@ _SUPPORTED = frozenset(
         "ensemble_scheduling", "ensemble_scheduling.step", "ensemble_scheduling.step.model_name",
         "ensemble_scheduling.step.model_version", "ensemble_scheduling.step.input_map",
         "ensemble_scheduling.step.output_map",
+        "optimization", "optimization.execution_accelerators",
+        "optimization.execution_accelerators.gpu_execution_accelerator",
+        "optimization.execution_accelerators.gpu_execution_accelerator.name",
+        "optimization.execution_accelerators.gpu_execution_accelerator.parameters",
+        "optimization.execution_accelerators.cpu_execution_accelerator",
+        "optimization.execution_accelerators.cpu_execution_accelerator.name",
+        "optimization.execution_accelerators.cpu_execution_accelerator.parameters",
     }
 )  # fmt: skip
 # Every field of a queue policy is supported.
@@ -67,8 +77,14 @@ _QUEUE_POLICIES = (
 )
 _UNSUPPORTED = {
     "sequence_batching": "sequence batching is not implemented yet",
-    "optimization": "optimization settings (execution accelerators, CUDA graphs) are not "
-    "implemented yet",
+    "optimization.graph": "graph optimization levels are not implemented (onnxruntime runs "
+    "every graph optimization)",
+    "optimization.priority": "model priorities are not implemented",
+    "optimization.cuda": "CUDA graphs and CUDA stream settings are not implemented",
+    "optimization.input_pinned_memory": "pinned-memory settings are not implemented",
+    "optimization.output_pinned_memory": "pinned-memory settings are not implemented",
+    "optimization.gather_kernel_buffer_threshold": "the gather kernel is not implemented",
+    "optimization.eager_batching": "eager batching is not implemented",
     "input.reshape": "reshape is not implemented",
     "output.reshape": "reshape is not implemented",
     "input.format": "input formats are not implemented",
@@ -81,6 +97,33 @@ _UNSUPPORTED = {
     "response_cache": "the response cache is not implemented",
     "model_transaction_policy": "decoupled models are not implemented",
 }
+
+
+# The one backend that reads `optimization.execution_accelerators` (Triton's ORT backend).
+ACCELERATED_BACKEND = "onnxruntime"
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One of Triton's execution accelerators: a name and its string parameters.
+
+    Example:
+        `Accelerator("tensorrt", {"precision_mode": "FP16"})`
+    """
+
+    name: str
+    parameters: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecutionAccelerators:
+    """`optimization.execution_accelerators`: the GPU and CPU accelerators, in config order."""
+
+    gpu: tuple[Accelerator, ...] = ()
+    cpu: tuple[Accelerator, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.gpu or self.cpu)
 
 
 def parse_config(text: str, where: str) -> pb.ModelConfig:
@@ -108,12 +151,12 @@ def parse_config(text: str, where: str) -> pb.ModelConfig:
 
 def _set_fields(message: Message, prefix: str = "") -> Iterator[str]:
     """Dotted paths of every field set in `message` (repeated fields: once per field)."""
-    for field, value in message.ListFields():
-        path = f"{prefix}{field.name}"
+    for descriptor, value in message.ListFields():
+        path = f"{prefix}{descriptor.name}"
         yield path
-        if field.message_type is None or field.message_type.GetOptions().map_entry:
+        if descriptor.message_type is None or descriptor.message_type.GetOptions().map_entry:
             continue
-        items = value if field.is_repeated else [value]
+        items = value if descriptor.is_repeated else [value]
         for item in items:
             yield from _set_fields(item, path + ".")
 
@@ -163,6 +206,27 @@ def to_model_config(
             for s in message.ensemble_scheduling.step
         ],
     )
+
+
+def to_accelerators(message: pb.ModelConfig) -> ExecutionAccelerators:
+    """The execution accelerators of a completed config message (its backend is set).
+
+    Raises:
+        ModelConfigError: accelerators are set for a backend that does not use them (only
+            onnxruntime does); ignoring them would serve something other than configured.
+    """
+    eas = message.optimization.execution_accelerators
+    accelerators = ExecutionAccelerators(
+        gpu=tuple(Accelerator(a.name, dict(a.parameters)) for a in eas.gpu_execution_accelerator),
+        cpu=tuple(Accelerator(a.name, dict(a.parameters)) for a in eas.cpu_execution_accelerator),
+    )
+    if accelerators and message.backend != ACCELERATED_BACKEND:
+        raise ModelConfigError(
+            f"model '{message.name}': field 'optimization.execution_accelerators' is not "
+            f"supported by backend '{message.backend}': only the {ACCELERATED_BACKEND} "
+            f"backend uses execution accelerators"
+        )
+    return accelerators
 
 
 def _warmup(w: pb.ModelWarmup, warmup_dir: Path | None) -> Warmup:

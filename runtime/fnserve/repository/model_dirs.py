@@ -3,8 +3,9 @@
 A directory is a model directory when it holds a config.pbtxt or a numbered version folder.
 Its config.pbtxt (optional) is parsed against `model_config.proto`; what it leaves out is
 completed from the model file as Triton does by default (input and output names, datatypes
-and shapes; a batch dimension, with `max_batch_size` 4 and dynamic batching, when every
-tensor's first dimension is dynamic). The version policy (`latest { num_versions }`, `all`,
+and shapes; a batch dimension when every tensor's first dimension is dynamic: `max_batch_size`
+4 for ONNX, the optimization profile's largest batch for a TensorRT plan, and dynamic batching
+when that is over 1). The version policy (`latest { num_versions }`, `all`,
 `specific { versions }`; default: the latest one) picks the versions served. A directory that
 fails (a bad config, a missing or unreadable model file) fails only its own model, with the
 reason.
@@ -13,15 +14,17 @@ reason.
 from __future__ import annotations
 
 import hashlib
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fnserve.backends.base import ModelFileSpec
+from fnserve.backends.base import ModelFileSpec, ModelSignature
 from fnserve.config.pbtxt import (
     BACKEND_PLATFORMS,
     PLATFORM_BACKENDS,
     config_datatype,
     parse_config,
+    to_accelerators,
     to_model_config,
 )
 from fnserve.errors import FnserveError, RepositoryError
@@ -126,7 +129,7 @@ def read_model_dir(directory: Path) -> list[ModelFileSpec]:
         completed.platform = completed.platform or BACKEND_PLATFORMS.get(backend, "")
         _complete(completed, file, backend)
         config = to_model_config(completed, version, directory / "warmup")
-        specs.append(ModelFileSpec(config, file))
+        specs.append(ModelFileSpec(config, file, to_accelerators(completed)))
     return specs
 
 
@@ -180,19 +183,11 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
     """Fill in what the config leaves out from the model file (Triton's auto-complete)."""
     if message.input and message.output:
         return
-    if backend != "onnxruntime":  # ensembles, TorchScript, Python: Triton needs them declared
-        raise RepositoryError(
-            f"the config must declare its inputs and outputs: fnserve completes configs from "
-            f"ONNX files only, and this model's backend is '{backend}'"
-        )
-    try:
-        from fnserve.backends.onnxruntime import describe  # the onnx extra is optional
-    except ImportError as exc:
-        raise RepositoryError(f"cannot read '{file}': {exc}") from exc
-    signature = describe(file)
+    signature = _describe(message, file, backend)
     if not message.max_batch_size and not message.input and signature.batchable():
-        message.max_batch_size = DEFAULT_MAX_BATCH_SIZE
-        if not message.HasField("dynamic_batching"):
+        limit = signature.max_batch_size  # a plan's profile; None: the file sets no limit
+        message.max_batch_size = DEFAULT_MAX_BATCH_SIZE if limit is None else limit
+        if message.max_batch_size > 1 and not message.HasField("dynamic_batching"):
             message.dynamic_batching.SetInParent()
     strip = 1 if message.max_batch_size > 0 else 0
     if not message.input:
@@ -209,3 +204,23 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
                 data_type=config_datatype(tensor.datatype),
                 dims=tensor.dims[strip:],
             )
+
+
+def _describe(message: pb.ModelConfig, file: Path, backend: str) -> ModelSignature:
+    """What an ONNX file or a TensorRT plan declares (their backends are optional extras)."""
+    if backend not in ("onnxruntime", "tensorrt"):  # ensembles, TorchScript, Python
+        raise RepositoryError(
+            f"the config must declare its inputs and outputs: fnserve completes configs from "
+            f"ONNX files and TensorRT plans only, and this model's backend is '{backend}'"
+        )
+    try:  # the modules of optional packages
+        module = importlib.import_module(f"fnserve.backends.{backend}")
+    except ImportError as exc:
+        raise RepositoryError(f"cannot read '{file}': {exc}") from exc
+    if backend == "tensorrt":
+        # on the model's first GPU, as Triton does: a plan is built for one kind of GPU
+        gpu = next((g.gpus[0] for g in message.instance_group if g.gpus), 0)
+        plan: ModelSignature = module.describe(file, gpu)
+        return plan
+    signature: ModelSignature = module.describe(file)
+    return signature
