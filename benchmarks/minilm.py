@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from pipeline import h2load, serve_pinned
 
 HERE = Path(__file__).parent
+# The pipeline as `make serve` serves it, and its fused baseline.
+MODELS = [HERE.parent / "functions" / "embeddings.py", HERE / "minilm_models.py"]
 
 SENTENCE = "A man is eating a piece of bread while reading the morning newspaper."
 
@@ -40,7 +42,7 @@ import json, os, sys, time
 import numpy as np
 os.sched_setaffinity(0, {{{cpu}}})
 sys.path.insert(0, {str(HERE.parent)!r})
-from examples.minilm.pipeline import MiniLMEncoder, MiniLMTokenize
+from examples.minilm.steps import MiniLMEncoder, MiniLMTokenize
 tok, enc = MiniLMTokenize(), MiniLMEncoder()
 out = {{}}
 for batch in (1, 8, 16, 32, 64):
@@ -75,7 +77,7 @@ def main() -> None:
     best = max(rates, key=lambda b: rates[b])
     print("in-process ONNX session, rows/s by batch:", {b: round(r) for b, r in rates.items()})
     sys.path.insert(0, str(HERE.parent))
-    from examples.minilm.pipeline import MiniLMTokenize
+    from examples.minilm.steps import MiniLMTokenize
 
     tokens = MiniLMTokenize()(np.array([[SENTENCE.encode()]], dtype=object))
     ids_doc = {"inputs": [
@@ -84,7 +86,7 @@ def main() -> None:
     ]}  # fmt: skip
     text_doc = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
                             "data": [SENTENCE]}]}  # fmt: skip
-    proc, base = serve_pinned(HERE / "minilm_models.py", args.server_cpu)
+    proc, base = serve_pinned(MODELS, args.server_cpu)
     try:
         time.sleep(1)
         ids_body, text_body = _body(ids_doc), _body(text_doc)

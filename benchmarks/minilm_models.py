@@ -1,5 +1,6 @@
-"""The MiniLM example pipeline (examples/minilm/pipeline.py) plus its fused baseline: one
-function doing tokenize -> encoder -> pool in a single call, same code and session settings."""
+"""The MiniLM example's fused baseline: one function doing tokenize -> encoder -> pool in a
+single call, with the same step classes and session settings as functions/embeddings.py (served
+beside it: `fnserve serve functions/embeddings.py benchmarks/minilm_models.py`)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from examples.minilm.bert import SEQ_LEN, mean_pool
-from examples.minilm.pipeline import (
-    BATCHING,
-    HIDDEN_SIZE,
-    MiniLMEncoder,
-    MiniLMTokenize,
-    minilm,
-    minilm_encoder,
-    minilm_pool,
-    minilm_tokenize,
-)
+from examples.minilm.processing import HIDDEN_SIZE, mean_pool
+from examples.minilm.steps import ENCODER_BATCHING, MiniLMEncoder, MiniLMTokenize
 from fnserve import Tensor, model
 
-__all__ = ["minilm", "minilm_encoder", "minilm_fused", "minilm_pool", "minilm_tokenize"]
+__all__ = ["minilm_fused"]
 
 
 class MiniLMFused:
@@ -41,8 +33,7 @@ class MiniLMFused:
 minilm_fused = model(
     name="minilm_fused",
     max_batch_size=64,
-    dynamic_batching=BATCHING,
+    dynamic_batching=ENCODER_BATCHING,
     inputs=[Tensor("TEXT", "BYTES", [1])],
     outputs=[Tensor("EMBEDDING", "FP32", [HIDDEN_SIZE])],
 )(MiniLMFused)
-assert SEQ_LEN == 128

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -31,11 +32,11 @@ MODELS = ("mlp_fused", "mlp3")
 _ENDPOINT = re.compile(r"^\s+HTTP\s+http://([\d.]+):(\d+)")
 
 
-def serve_pinned(models: Path, cpu: int) -> tuple[subprocess.Popen[str], str]:
-    """`fnserve serve MODELS` on core `cpu`; the process and its HTTP base URL."""
+def serve_pinned(models: Sequence[Path], cpu: int) -> tuple[subprocess.Popen[str], str]:
+    """`fnserve serve MODELS...` on core `cpu`; the process and its HTTP base URL."""
     command = [
         "taskset", "-c", str(cpu), sys.executable, "-m", "fnserve", "serve",
-        str(models), "--http-port", "0", "--grpc-port", "0",
+        *map(str, models), "--http-port", "0", "--grpc-port", "0",
         "--metrics-port", "0", "--log-level", "warning",
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -76,7 +77,7 @@ def main() -> None:
     x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
     doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 256],
                        "data": x.tolist()}]}  # fmt: skip
-    proc, base = serve_pinned(HERE / "pipeline_models.py", args.server_cpu)
+    proc, base = serve_pinned([HERE / "pipeline_models.py"], args.server_cpu)
     results: dict[tuple[str, int], list[tuple[float, float]]] = {}
     try:
         with tempfile.NamedTemporaryFile("w", suffix=".json") as body:

@@ -1,2 +1,3 @@
-"""all-MiniLM-L6-v2 sentence embeddings: a plain-torch BERT, its ONNX export and a served
-tokenize -> encode (ONNX Runtime) -> pool pipeline."""
+"""all-MiniLM-L6-v2 sentence embeddings, the library behind functions/embeddings.py and
+model_repository/: a plain-torch BERT (the reference), its ONNX and .pt2 exports, and the
+tokenize -> encode -> pool steps."""

