@@ -154,6 +154,7 @@ def model(
     warmup: Sequence[Warmup] = (),
     idle_timeout_s: float | None = None,
     min_instances: int | None = None,
+    max_instances: int | None = None,
 ) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]: ...
 
 
@@ -173,6 +174,7 @@ def model(
     warmup: Sequence[Warmup] = (),
     idle_timeout_s: float | None = None,
     min_instances: int | None = None,
+    max_instances: int | None = None,
 ) -> Callable[[Callable[P, R]], ModelDefinition[P, R]]:
     """Declare a servable model.
 
@@ -202,6 +204,10 @@ def model(
             parameter `idle_timeout_s`.
         min_instances: more than 0 keeps the model loaded: never scaled to zero, never evicted
             to make room under `--memory-budget`. Also the parameter `min_instances`.
+        max_instances: instances follow the load: one more (on the instance group's devices)
+            while requests wait in the queue longer than the parameter `scale_up_queue_ms`
+            (default 5), one fewer after `scale_down_idle_s` (default 30) in which fewer were
+            busy, between max(min_instances, 1) and this. Also the parameter `max_instances`.
 
     Raises:
         ModelConfigError: when the declaration is invalid (at import time), also for a bare
@@ -234,6 +240,7 @@ def model(
             warmup=warmup,
             idle_timeout_s=idle_timeout_s,
             min_instances=min_instances,
+            max_instances=max_instances,
         )
         return ModelDefinition(target, config)
 

@@ -71,3 +71,15 @@ ballast_b = _ballast("ballast_b")
 ballast_c = _ballast("ballast_c")
 ballast_pinned = _ballast("ballast_pinned", min_instances=1)
 ballast_big = _ballast("ballast_big", BigBallast)
+
+
+@model(
+    inputs=[Tensor("X", "FP32", [1])],
+    outputs=[Tensor("Y", "FP32", [1])],
+    max_instances=3,
+    parameters={"scale_up_queue_ms": "5", "scale_down_idle_s": "1"},
+)
+def elastic(X: np.ndarray) -> np.ndarray:
+    """40 ms per request (sleeping, so instances overlap): one instance serves 25 req/s."""
+    time.sleep(0.04)
+    return (X + 1).astype(np.float32)

@@ -27,6 +27,7 @@ _ISOLATIONS = ("thread", "process")
 EXECUTION_TIMEOUT_KEY = "execution_timeout_s"
 IDLE_TIMEOUT_KEY = "idle_timeout_s"
 MIN_INSTANCES_KEY = "min_instances"
+MAX_INSTANCES_KEY = "max_instances"
 
 
 def _freeze(record: object, name: str, kind: type[tuple[Any, ...]] | type[dict[Any, Any]]) -> None:
@@ -230,6 +231,7 @@ class ModelConfig:
     execution_timeout_s: float | None = None
     idle_timeout_s: float | None = None  # scale to zero after this long unused (0: never)
     min_instances: int | None = None  # > 0: never scaled to zero nor evicted
+    max_instances: int | None = None  # set: instances follow the load, up to this many
     platform: str = ""  # Triton's platform name, when a config.pbtxt gives one
     warmup: Sequence[Warmup] = ()
     ensemble: Sequence[EnsembleStep] = ()  # the steps of an ensemble (platform "ensemble")
@@ -240,6 +242,7 @@ class ModelConfig:
         _freeze(self, "parameters", dict)
         _ConfigValidator(self).validate()
         _merge_parameters(self)
+        _check_instance_bounds(self)
 
     @property
     def batching(self) -> bool:
@@ -340,6 +343,17 @@ def _merge_parameters(config: ModelConfig) -> None:
         object.__setattr__(config, "parameters", {**config.parameters, key: f"{value:g}"})
 
 
+def _check_instance_bounds(config: ModelConfig) -> None:
+    low, high = config.min_instances or 0, config.max_instances
+    if high is not None and high < max(low, 1):
+        raise ModelConfigError(
+            f"model '{config.name}': max_instances={high} must be at least 1 and at least "
+            f"min_instances={low}"
+        )
+    if high is not None and config.ensemble:
+        raise ModelConfigError(f"ensemble '{config.name}' has no instances to scale")
+
+
 def _seconds(model: str, key: str, raw: object) -> float:
     try:
         value = float(raw)  # type: ignore[arg-type]
@@ -367,6 +381,7 @@ _FIELD_PARAMETERS: dict[str, Callable[[str, str, object], float]] = {
     EXECUTION_TIMEOUT_KEY: _seconds,
     IDLE_TIMEOUT_KEY: _seconds,
     MIN_INSTANCES_KEY: _count,
+    MAX_INSTANCES_KEY: _count,
 }
 
 

@@ -12,6 +12,7 @@ runtime's supervisor; when one of those tasks dies, `on_crash(loaded, error)` te
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from fnserve.config.model_config import InstanceGroup, Isolation, ModelConfig
 from fnserve.config.server import ModelDefaults
 from fnserve.errors import RepositoryError, UnavailableError
 from fnserve.model import InstanceContext
+from fnserve.scheduling.autoscale import InstanceScaler, ScalePolicy
 from fnserve.scheduling.ensemble import EnsembleScheduler
 from fnserve.scheduling.pool import Instance, InstancePool, ThreadInstance
 from fnserve.scheduling.runner import BatchRunner
@@ -55,8 +57,14 @@ class InstanceMaker:
     def __len__(self) -> int:
         return len(self.placements)
 
+    def placement(self, index: int) -> Placement:
+        """Where instance `index` goes; instances added past the configured ones (`max_instances`)
+        take the groups' places in turn."""
+        context, isolation = self.placements[index % len(self.placements)]
+        return dataclasses.replace(context, instance_index=index), isolation
+
     def __call__(self, index: int) -> Instance:
-        context, isolation = self.placements[index]
+        context, isolation = self.placement(index)
         config = self.factory.spec.config
         if isolation == "process":
             return _process_instance(self.factory, context, self._debug_errors)
@@ -118,15 +126,30 @@ class LoadedModel:
         else:
             self.scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size)
         self._task: asyncio.Task[None] | None = None
+        self._scaler_task: asyncio.Task[None] | None = None
+        self._scaler = None
+        if self.config.max_instances is not None:
+            self._scaler = InstanceScaler(
+                self.config.name,
+                ScalePolicy.of(self.config),
+                self.pool,
+                maker,
+                lambda: (self.stats.queue.count, self.stats.queue.ns),
+            )
         self._released = False
 
     def _crashed(self, error: BaseException) -> None:
         self._on_crash(self, error)
 
     def start(self) -> None:
-        """Start dispatching (the scheduler's loop, supervised)."""
-        name = f"{self.config.name}-v{self.version}-scheduler"
-        self._task = self._supervisor.spawn(self.scheduler.run(), name, self._crashed)
+        """Start dispatching (the scheduler's loop, supervised), and the instance scaler when
+        the config has `max_instances`."""
+        name = f"{self.config.name}-v{self.version}"
+        self._task = self._supervisor.spawn(self.scheduler.run(), f"{name}-scheduler",
+                                            self._crashed)  # fmt: skip
+        if self._scaler is not None:
+            self._scaler_task = self._supervisor.spawn(self._scaler.run(), f"{name}-scaler",
+                                                       self._crashed)  # fmt: skip
 
     @property
     def scheduler_task(self) -> asyncio.Task[None] | None:
@@ -170,6 +193,8 @@ class LoadedModel:
             return
         self._released = True
         self.abort(UnavailableError(f"model '{self.config.name}' is unloading"))
+        if self._scaler_task is not None:
+            await self._supervisor.stop_and_wait(self._scaler_task)
         if self._task is not None:
             await self._supervisor.stop_and_wait(self._task)
         try:

@@ -142,7 +142,8 @@ class InstancePool:
         self._rebuilds: set[asyncio.Task[None]] = set()
         self._backoff_s: dict[int, float] = {}
         self._closed = False
-        self._ordered = preserve_ordering and len(instances) > 1
+        self._ordered = preserve_ordering  # one instance keeps order anyway: cheap
+        self._peak_busy = 0
         self._dispatched = 0
         self._delivered = 0
         self._finished: dict[int, tuple[Sequence[PendingRequest], Results | BaseException]] = {}
@@ -157,6 +158,25 @@ class InstancePool:
     def busy(self) -> int:
         return len(self._running)
 
+    def take_peak_busy(self) -> int:
+        """The most batches that ran at once since the last call (for the scaler)."""
+        peak, self._peak_busy = max(self._peak_busy, len(self._running)), len(self._running)
+        return peak
+
+    def add(self, instance: Instance) -> None:
+        """Put a new instance in rotation."""
+        self.instances.append(instance)
+        self.release(instance)
+
+    def take_idle(self) -> Instance | None:
+        """Take an idle instance out of rotation (the caller closes it); None if all are busy."""
+        try:
+            instance = self._idle.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+        self.instances.remove(instance)
+        return instance
+
     def launch(self, instance: Instance, batch: list[PendingRequest]) -> None:
         """Run `batch` on `instance` in the background; the instance returns when it is done."""
         run = _Batch(instance, batch, self._dispatched, time.perf_counter_ns())
@@ -167,6 +187,7 @@ class InstancePool:
                 self._timeout_s, self._expire, future, run
             )
         self._running[future] = run
+        self._peak_busy = max(self._peak_busy, len(self._running))
         future.add_done_callback(self._done)
 
     def _expire(self, future: asyncio.Future[Outcome], run: _Batch) -> None:
