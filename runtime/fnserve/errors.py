@@ -14,7 +14,8 @@ FnserveError                      (.message; unmapped -> 500 / INTERNAL)
 ├── UnsupportedError              501 / UNIMPLEMENTED      a feature fnserve does not offer
 ├── DeadlineExceededError         504 / DEADLINE_EXCEEDED  an execution ran past its timeout
 ├── ModelExecutionError           500 / INTERNAL           the model raised (wraps the cause)
-│   └── InstanceBrokenError       the instance itself died (its worker crashed); it is replaced
+│   ├── InstanceBrokenError       the instance itself died (its worker crashed); it is replaced
+│   └── OutOfMemoryError          503 / RESOURCE_EXHAUSTED  out of memory even alone (retryable)
 ├── ModelConfigError              raised at import time: a bad `@model` declaration
 └── RepositoryError               500 / INTERNAL           load/unload failures
 ```
@@ -97,6 +98,15 @@ class InstanceBrokenError(ModelExecutionError):
     """
 
 
+class OutOfMemoryError(ModelExecutionError):
+    """The model ran out of memory (host or device: torch, onnxruntime, TensorRT, MemoryError).
+
+    A batch that runs out is split in halves and rerun down to single requests first (see
+    `fnserve.scheduling.oom`); only a request that runs out alone reaches its client with this
+    error. It is retryable: memory other work holds may be free later, fewer rows may fit.
+    """
+
+
 class ModelConfigError(FnserveError):
     """A model declaration is invalid (raised when the `@model` decorator runs)."""
 
@@ -121,6 +131,7 @@ __all__ = [
     "ModelExecutionError",
     "ModelNotFoundError",
     "ModelNotReadyError",
+    "OutOfMemoryError",
     "PayloadTooLargeError",
     "QueueFullError",
     "RepositoryError",

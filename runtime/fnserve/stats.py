@@ -56,6 +56,7 @@ class ModelStats:
     execution_count: int = 0
     pending: int = 0
     execution_timeouts: int = 0  # executions past execution_timeout_s (fnserve-only metric)
+    oom_splits: int = 0  # batches rerun in halves after running out of memory (fnserve only)
     last_inference_ms: int = 0
     load_ns: int = 0  # how long building the instances took (fnserve only)
     warmup_ns: int = 0  # how long the warmup samples took (fnserve only)

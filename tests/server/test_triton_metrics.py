@@ -32,6 +32,7 @@ TRITON_ONLY = {
 FNSERVE_ONLY = {
     "fnserve_inference_request_latency_us",
     "fnserve_inference_exec_timeout",
+    "fnserve_inference_oom_split",
     "fnserve_model_state",
     "fnserve_model_load_duration_seconds",
     "fnserve_model_cold_start_duration_seconds",

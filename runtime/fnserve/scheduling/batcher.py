@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from fnserve.config.model_config import ModelConfig
+from fnserve.scheduling.oom import BatchCap
 from fnserve.scheduling.pool import InstancePool
 from fnserve.scheduling.request import PendingRequest
 from fnserve.scheduling.scheduler import QueueScheduler
@@ -37,7 +38,9 @@ class BatchPolicy:
       has waited `max_queue_delay_microseconds`; otherwise it waits for more requests;
     - when it could form several preferred sizes it takes the largest, even if the queue holds
       enough for a bigger, non-preferred batch (Triton's rule);
-    - without dynamic batching every request runs alone.
+    - without dynamic batching every request runs alone;
+    - `cap_rows`, when given, lowers `max_batch_size` (after an out-of-memory); a single
+      request larger than the cap still runs, alone.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -47,15 +50,18 @@ class BatchPolicy:
         self.preferred = frozenset(batching.preferred_batch_size if batching else ())
         self.max_delay_ns = batching.max_queue_delay_microseconds * 1000 if batching else 0
 
-    def next_batch(self, candidates: Iterable[PendingRequest], now_ns: int) -> Decision:
+    def next_batch(
+        self, candidates: Iterable[PendingRequest], now_ns: int, cap_rows: int | None = None
+    ) -> Decision:
         """Choose from `candidates` (live requests in priority order)."""
+        max_rows = self.max_rows if cap_rows is None else min(cap_rows, self.max_rows)
         batch: list[PendingRequest] = []
         rows = 0
         best_preferred = 0  # length of the longest prefix whose rows are a preferred size
         for entry in candidates:
             if batch and (
                 entry.shape_key != batch[0].shape_key
-                or rows + entry.rows > self.max_rows
+                or rows + entry.rows > max_rows
                 or len(batch) >= self.max_requests
             ):
                 # blocked: more waiting cannot grow this batch
@@ -64,7 +70,7 @@ class BatchPolicy:
             rows += entry.rows
             if rows in self.preferred:
                 best_preferred = len(batch)
-            if rows >= self.max_rows or len(batch) >= self.max_requests:
+            if rows >= max_rows or len(batch) >= self.max_requests:
                 # Full. Triton sends the largest preferred size it can form, when there is
                 # one, rather than the whole batch (a model may run best at a smaller size).
                 return Decision(batch[:best_preferred] or batch)
@@ -84,6 +90,7 @@ class DynamicBatcher(QueueScheduler):
     def __init__(self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> None:
         super().__init__(config, pool, max_queue_size)
         self._policy = BatchPolicy(config)
+        self._cap = pool.batch_cap = BatchCap(config.name)  # the pool lowers it on OOM
 
     async def run(self) -> None:
         while True:
@@ -95,8 +102,11 @@ class DynamicBatcher(QueueScheduler):
             # parsed and queued, so the batch takes them too. On one busy core this fills
             # batches (mlp at c=64: from ~30 to ~60 rows) for the price of a loop turn.
             await asyncio.sleep(0)
-            now_ns = _FAR_FUTURE_NS if self._flushing else time.perf_counter_ns()
-            decision = self._policy.next_batch(self.queue.ordered(), now_ns)
+            now_ns = time.perf_counter_ns()
+            cap_rows = self._cap.limit(now_ns)
+            if self._flushing:
+                now_ns = _FAR_FUTURE_NS
+            decision = self._policy.next_batch(self.queue.ordered(), now_ns, cap_rows)
             if decision.batch:
                 self.queue.remove(decision.batch)
                 self._pool.launch(instance, decision.batch)

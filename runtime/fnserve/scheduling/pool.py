@@ -6,7 +6,8 @@ instance runs it in a worker process. The pool hands idle instances to the batch
 batches it launches, and keeps the model serving when an instance goes bad: a batch past
 `execution_timeout_s` fails with `DeadlineExceededError`, an instance that died raises
 `InstanceBrokenError`; either way the instance is abandoned and the factory builds a
-replacement for its index (with backoff), while queued requests wait for it.
+replacement for its index (with backoff), while queued requests wait for it. A batch that runs
+out of memory is rerun in halves, down to single requests (see `oom.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from fnserve.errors import (
@@ -23,10 +24,12 @@ from fnserve.errors import (
     FnserveError,
     InstanceBrokenError,
     ModelExecutionError,
+    OutOfMemoryError,
     UnavailableError,
 )
+from fnserve.scheduling.oom import BatchCap, describe, halves, is_out_of_memory
 from fnserve.scheduling.request import PendingRequest
-from fnserve.scheduling.runner import BatchRunner, ExecutionTimes
+from fnserve.scheduling.runner import BatchRunner, ExecutionTimes, scrub_paths
 from fnserve.scheduling.supervisor import OnCrash, Supervisor
 from fnserve.scheduling.threads import DaemonWorker, run_in_daemon_thread
 from fnserve.stats import ModelStats
@@ -35,6 +38,7 @@ from fnserve.types import Array
 log = logging.getLogger(__name__)
 Results = list[dict[str, Array]]
 Outcome = tuple[Results, ExecutionTimes]  # what one batch gives back: results and timings
+Delivery = tuple[Sequence[PendingRequest], Results | BaseException]  # requests and their answer
 # Rebuilds of one instance index wait 0.1 s, 0.2 s, ... up to 10 s; a good batch resets it.
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 10.0
@@ -88,6 +92,14 @@ class ThreadInstance:
 
 
 @dataclass(eq=False, slots=True)
+class _Split:
+    """A batch that ran out of memory, rerun piece by piece on its instance."""
+
+    rest: list[list[PendingRequest]] = field(default_factory=list)  # to run, next first
+    done: list[Delivery] = field(default_factory=list)  # answers held for ordered delivery
+
+
+@dataclass(eq=False, slots=True)
 class _Batch:
     """A launched batch: where it runs, what it holds, and its execution-timeout timer."""
 
@@ -97,6 +109,7 @@ class _Batch:
     start_ns: int
     timer: asyncio.TimerHandle | None = None
     expired: bool = False
+    split: _Split | None = None  # set on the pieces of a batch that ran out of memory
 
 
 class InstancePool:
@@ -104,6 +117,14 @@ class InstancePool:
 
     A launched batch is a future with a done-callback, not a task: a task per batch (its
     creation, first step and bookkeeping) cost about a tenth of a small model's whole call.
+
+    A batch of several requests that raises `OutOfMemoryError` is cut in two (`oom.halves`)
+    and the halves run on the same instance, one after the other, each cut again if it runs
+    out too, down to single requests; a request that runs out alone gets the error. The
+    instance stays with the batch until every piece is done: no other batch competes for its
+    memory meanwhile, the pieces keep the batch's place for `preserve_ordering`, and the
+    scheduler needs no way to take requests back. `batch_cap`, when a batching scheduler
+    sets one, is lowered on each out-of-memory so the batches formed next are smaller.
 
     Args:
         name: model name, for messages.
@@ -146,7 +167,8 @@ class InstancePool:
         self._peak_busy = 0
         self._dispatched = 0
         self._delivered = 0
-        self._finished: dict[int, tuple[Sequence[PendingRequest], Results | BaseException]] = {}
+        self._finished: dict[int, list[Delivery]] = {}
+        self.batch_cap: BatchCap | None = None
 
     async def acquire(self) -> Instance:
         return await self._idle.get()
@@ -181,7 +203,10 @@ class InstancePool:
         """Run `batch` on `instance` in the background; the instance returns when it is done."""
         run = _Batch(instance, batch, self._dispatched, time.perf_counter_ns())
         self._dispatched += 1
-        future = instance.start(batch)
+        self._start(run)
+
+    def _start(self, run: _Batch) -> None:
+        future = run.instance.start(run.requests)
         if self._timeout_s is not None:
             run.timer = asyncio.get_running_loop().call_later(
                 self._timeout_s, self._expire, future, run
@@ -205,7 +230,9 @@ class InstancePool:
             self._settle(future, run)
         except Exception as exc:  # a bug in the bookkeeping: still answer, then tell the owner
             log.exception("model '%s': finishing a batch failed", self.name)
-            _deliver(run.requests, ModelExecutionError(f"model '{self.name}' failed: {exc!r}"))
+            error = ModelExecutionError(f"model '{self.name}' failed: {exc!r}")
+            for batch in (run.requests, *(run.split.rest if run.split else ())):
+                _deliver(batch, error)
             if self._on_crash is not None:
                 self._on_crash(exc)
 
@@ -213,19 +240,92 @@ class InstancePool:
         if run.timer is not None:
             run.timer.cancel()
         outcome, times, broken = self._outcome(future, run)
-        if broken is None:
-            if times is not None and self._backoff_s:
-                self._backoff_s.pop(run.instance.index, None)
-            self.release(run.instance)
-        else:
-            self._retire(run.instance, broken)
         if times is not None:
+            if self._backoff_s:
+                self._backoff_s.pop(run.instance.index, None)
             self._record(run.requests, run.start_ns, times)
-        if self._ordered:
-            self._finished[run.seq] = (run.requests, outcome)
+        was_split = isinstance(outcome, OutOfMemoryError) and self._out_of_memory(run)
+        continued = False
+        if broken is not None:
+            self._retire(run.instance, broken)
+        else:
+            continued = self._next_piece(run)
+            if not continued:
+                self.release(run.instance)
+        if run.split is not None:
+            self._finish_piece(run, None if was_split else outcome, broken, continued)
+        elif self._ordered:
+            self._finished[run.seq] = [(run.requests, outcome)]
             self._deliver_in_order()
         else:
             _deliver(run.requests, outcome)
+
+    def _out_of_memory(self, run: _Batch) -> bool:
+        """Lower the batch cap; queue the halves of a batch of several requests to run next on
+        its instance (True), or leave a single request to fail (False)."""
+        rows = sum(e.rows for e in run.requests)
+        if self.batch_cap is not None:
+            self.batch_cap.lower(rows, time.perf_counter_ns())
+        if len(run.requests) < 2:
+            log.warning(
+                "model '%s' instance %d: a single request (%d rows) ran out of memory; it fails",
+                self.name,
+                run.instance.index,
+                rows,
+            )
+            return False
+        first, second = halves(run.requests)
+        self.stats.oom_splits += 1
+        log.warning(
+            "model '%s' instance %d: out of memory on a batch of %d rows from %d requests; "
+            "rerunning it as %d + %d requests",
+            self.name,
+            run.instance.index,
+            rows,
+            len(run.requests),
+            len(first),
+            len(second),
+        )
+        if run.split is None:
+            run.split = _Split()
+        run.split.rest[:0] = [first, second]
+        return True
+
+    def _next_piece(self, run: _Batch) -> bool:
+        """Start the next piece of a split batch on its instance; False when none is left."""
+        split = run.split
+        while split is not None and split.rest:
+            piece = [e for e in split.rest.pop(0) if e.alive]  # skip requests given up on
+            if piece:
+                self._start(
+                    _Batch(run.instance, piece, run.seq, time.perf_counter_ns(), split=split)
+                )
+                return True
+        return False
+
+    def _finish_piece(
+        self,
+        run: _Batch,
+        outcome: Results | BaseException | None,
+        broken: BaseException | None,
+        continued: bool,
+    ) -> None:
+        """Answer one piece of a split batch (None: it was split again): at once, or, under
+        `preserve_ordering`, all pieces together in the batch's turn once the last is done."""
+        split = run.split
+        assert split is not None  # only pieces get here
+        pieces: list[Delivery] = [] if outcome is None else [(run.requests, outcome)]
+        if broken is not None:  # its instance is gone: the pieces not run yet fail with it
+            pieces += [(piece, broken) for piece in split.rest]
+            split.rest.clear()
+        if not self._ordered:
+            for batch, answer in pieces:
+                _deliver(batch, answer)
+            return
+        split.done += pieces
+        if not continued:
+            self._finished[run.seq] = split.done
+            self._deliver_in_order()
 
     def _outcome(
         self, future: asyncio.Future[Outcome], run: _Batch
@@ -247,6 +347,10 @@ class InstancePool:
             return exc, None, exc
         if isinstance(exc, FnserveError):
             return exc, None, None
+        if is_out_of_memory(exc):  # merging inputs or reading outputs, outside the model's code
+            rows = sum(e.rows for e in run.requests)
+            message = describe(self.name, rows, len(run.requests), exc)
+            return OutOfMemoryError(scrub_paths(message)), None, None
         # The runner already wraps model errors; this is a bug path.
         log.error("model '%s': batch execution failed", self.name, exc_info=exc)
         return ModelExecutionError(f"model '{self.name}' failed: {exc}"), None, None
@@ -294,9 +398,10 @@ class InstancePool:
 
     def _deliver_in_order(self) -> None:
         while self._delivered in self._finished:
-            batch, outcome = self._finished.pop(self._delivered)
+            deliveries = self._finished.pop(self._delivered)
             self._delivered += 1
-            _deliver(batch, outcome)
+            for batch, outcome in deliveries:
+                _deliver(batch, outcome)
 
     async def drain(self) -> None:
         """Wait for every launched batch to finish."""
@@ -322,12 +427,19 @@ class InstancePool:
         for task in list(self._rebuilds):
             self._tasks.stop(task)
         for seq in sorted(self._finished):
-            _deliver(*self._finished.pop(seq))
+            for delivery in self._finished.pop(seq):
+                _deliver(*delivery)
         running, self._running = self._running, {}  # answered now: no longer busy
         for future, run in running.items():
             if run.timer is not None:
                 run.timer.cancel()
-            _deliver(run.requests, error)
+            rest: Sequence[list[PendingRequest]] = ()
+            if run.split is not None:  # pieces already run keep their answers
+                for delivery in run.split.done:
+                    _deliver(*delivery)
+                rest = run.split.rest
+            for batch in (run.requests, *rest):
+                _deliver(batch, error)
             run.instance.abandon()
             if run.instance in self.instances:
                 self.instances.remove(run.instance)

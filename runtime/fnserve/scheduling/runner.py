@@ -10,14 +10,15 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from fnserve.backends.base import Backend
 from fnserve.calls import CALL_CHAIN, CURRENT_CLIENT, ModelClient
 from fnserve.config.model_config import ModelConfig, Tensor
-from fnserve.errors import FnserveError, ModelExecutionError
+from fnserve.errors import FnserveError, ModelExecutionError, OutOfMemoryError
+from fnserve.scheduling.oom import describe, is_out_of_memory
 from fnserve.scheduling.request import PendingRequest
 from fnserve.tensors import numpy_dtype
 from fnserve.types import Array, ParamValue
@@ -85,16 +86,36 @@ class BatchRunner:
     def call(
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
     ) -> Any:
-        """Call the model on merged inputs; anything it raises becomes ModelExecutionError."""
-        with self._model_errors:
+        """Call the model on merged inputs; anything it raises becomes ModelExecutionError
+        (OutOfMemoryError when it says memory ran out)."""
+        try:
             return self.backend.execute(inputs, parameters)
+        except FnserveError:
+            raise
+        except Exception as exc:
+            raise self.model_error(exc, self._rows(inputs), len(parameters)) from exc
 
     async def acall(
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
     ) -> Any:
         """`call` for async models."""
-        with self._model_errors:
+        try:
             return await self.backend.aexecute(inputs, parameters)
+        except FnserveError:
+            raise
+        except Exception as exc:
+            raise self.model_error(exc, self._rows(inputs), len(parameters)) from exc
+
+    def model_error(self, exc: Exception, rows: int, requests: int) -> ModelExecutionError:
+        """What to raise (`from exc`) when the model raised `exc` on a batch of `rows` rows
+        from `requests` requests: OutOfMemoryError when it says memory ran out."""
+        return self._model_errors.translate(exc, rows, requests)
+
+    def _rows(self, inputs: Mapping[str, Array]) -> int:
+        """Rows in the batch dimension of merged inputs (1 for a model without batching)."""
+        if not self.config.batching or not inputs:
+            return 1
+        return int(next(iter(inputs.values())).shape[0])
 
     def _finish(
         self, batch: Sequence[PendingRequest], result: Any, t0: int, t1: int
@@ -201,7 +222,8 @@ def scrub_paths(message: str) -> str:
 
 
 class _ModelErrors:
-    """Translate anything the user's code raises into ModelExecutionError, at one place.
+    """Translate anything the user's code raises into ModelExecutionError, at one place;
+    OutOfMemoryError when it says memory ran out (the pool then splits the batch).
 
     The log gets the whole message and traceback; the client gets it with host paths scrubbed
     (a model's exception text often names files on the server) unless `debug_errors`.
@@ -211,20 +233,18 @@ class _ModelErrors:
         self.model = model
         self.debug_errors = debug_errors
 
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> Literal[False]:
-        if exc is None or isinstance(exc, FnserveError) or not isinstance(exc, Exception):
-            return False
-        if isinstance(exc, MemoryError):
-            message = f"model '{self.model}' ran out of memory"
-        else:
-            message = f"model '{self.model}' raised {type(exc).__name__}: {exc}"
+    def translate(self, exc: Exception, rows: int, requests: int) -> ModelExecutionError:
+        """The error to raise (`from exc`) for what the model raised on a batch."""
+        if is_out_of_memory(exc):
+            message = describe(self.model, rows, requests, exc)
+            log.info("%s", message)  # the pool logs what it does about it; no traceback
+            return OutOfMemoryError(self._client_message(message))
+        message = f"model '{self.model}' raised {type(exc).__name__}: {exc}"
         log.warning("%s", message, exc_info=exc)
-        raise ModelExecutionError(message if self.debug_errors else scrub_paths(message)) from exc
+        return ModelExecutionError(self._client_message(message))
+
+    def _client_message(self, message: str) -> str:
+        return message if self.debug_errors else scrub_paths(message)
 
 
 def _leave_calls(tokens: tuple[Any, Any]) -> None:

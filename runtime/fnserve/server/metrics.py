@@ -184,6 +184,11 @@ def _counters(stats: list[ModelStats]) -> Iterator[Metric]:
             "Number of model executions stopped by the execution timeout",
             lambda s: s.execution_timeouts,
         ),
+        # fnserve only: a request that runs out of memory even alone counts as BACKEND.
+        "fnserve_inference_oom_split": (
+            "Number of batches split in halves and rerun after running out of memory",
+            lambda s: s.oom_splits,
+        ),
     }
     for name, (doc, value) in families.items():
         family = _counter(name, doc)

@@ -23,6 +23,7 @@ from typing import Any
 
 from fnserve.errors import FnserveError, RepositoryError
 from fnserve.model import InstanceContext, ModelDefinition
+from fnserve.scheduling.oom import is_out_of_memory
 from fnserve.scheduling.process.channel import pack, recv_message
 from fnserve.scheduling.process.shm import SharedBuffer
 
@@ -95,7 +96,10 @@ class _Worker:
             out_size, out_refs = self.outputs.write({k: (v,) for k, v in outputs.items()})
         except FnserveError as exc:
             return ("error", type(exc).__name__, exc.message)
-        except Exception as exc:  # a bug in the transport, not in the model
+        except Exception as exc:  # a bug in the transport, or no memory left for the outputs
+            if is_out_of_memory(exc):
+                error = self.runner.model_error(exc, rows, len(parameters))
+                return ("error", type(error).__name__, error.message)
             log.exception("worker for model '%s' failed", self.runner.config.name)
             return ("error", "ModelExecutionError", f"{type(exc).__name__}: {exc}")
         times = (t1 - t0, t2 - t1, time.perf_counter_ns() - t2)

@@ -20,6 +20,7 @@ from fnserve.errors import (
     ModelExecutionError,
     ModelNotFoundError,
     ModelNotReadyError,
+    OutOfMemoryError,
     PayloadTooLargeError,
     RepositoryError,
     UnavailableError,
@@ -46,6 +47,10 @@ STATUS_BY_ERROR: dict[type[Exception], Status] = {
     CancelledError: Status.CANCELLED,
     UnsupportedError: Status.UNIMPLEMENTED,
     DeadlineExceededError: Status.DEADLINE_EXCEEDED,
+    # "Some resource has been exhausted": retryable with backoff once memory frees up, but
+    # not UNAVAILABLE, which clients (KServe's default retry policy) retry at once and which
+    # says the server, not this request, cannot be served.
+    OutOfMemoryError: Status.RESOURCE_EXHAUSTED,
     ModelExecutionError: Status.INTERNAL,
     RepositoryError: Status.INTERNAL,
     # protobuf could not parse the request: the client sent a malformed message.

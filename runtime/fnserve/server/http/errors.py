@@ -20,6 +20,7 @@ from fnserve.errors import (
     ModelExecutionError,
     ModelNotFoundError,
     ModelNotReadyError,
+    OutOfMemoryError,
     PayloadTooLargeError,
     RepositoryError,
     UnavailableError,
@@ -38,6 +39,8 @@ _STATUS: dict[type[FnserveError], int] = {
     CancelledError: 400,
     UnsupportedError: 501,
     DeadlineExceededError: 504,
+    # Retryable: 503 is the status HTTP clients and proxies retry (with backoff); 500 is not.
+    OutOfMemoryError: 503,
     ModelExecutionError: 500,
     RepositoryError: 500,
 }
