@@ -32,12 +32,14 @@ MODELS = ("mlp_fused", "mlp3")
 _ENDPOINT = re.compile(r"^\s+HTTP\s+http://([\d.]+):(\d+)")
 
 
-def serve_pinned(models: Sequence[Path], cpu: int) -> tuple[subprocess.Popen[str], str]:
-    """`fnserve serve MODELS...` on core `cpu`; the process and its HTTP base URL."""
+def serve_pinned(
+    models: Sequence[Path], cpu: int, *flags: str
+) -> tuple[subprocess.Popen[str], str]:
+    """`fnserve serve MODELS... FLAGS...` on core `cpu`; the process and its HTTP base URL."""
     command = [
         "taskset", "-c", str(cpu), sys.executable, "-m", "fnserve", "serve",
         *map(str, models), "--http-port", "0", "--grpc-port", "0",
-        "--metrics-port", "0", "--log-level", "warning",
+        "--metrics-port", "0", "--log-level", "warning", *flags,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)

@@ -8,6 +8,7 @@ estimate, refreshed on every load; the budget (`budget.py`) works with these est
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
 import logging
@@ -63,15 +64,16 @@ def estimate(spec: ModelSpec) -> Footprint:
     return Footprint()
 
 
-def give_back() -> None:
+async def give_back() -> None:
     """Return what released models held to the system: collect cycles, empty torch's CUDA
-    cache, and ask glibc to hand freed heap pages back (else RSS would not go down)."""
+    cache, and ask glibc to hand freed heap pages back (else RSS would not go down). The trim
+    walks the whole heap; it runs on a thread (ctypes lets go of the GIL), off the event loop."""
     gc.collect()
     torch: Any = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
     if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+        await asyncio.to_thread(_LIBC.malloc_trim, 0)
 
 
 def _gpu_usage() -> tuple[tuple[int, int], ...]:

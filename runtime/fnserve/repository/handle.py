@@ -206,7 +206,7 @@ class ModelHandle:
             except MemoryBudgetError:
                 await self._retire(loaded, defaults.drain_timeout_s, "did not fit the budget")
                 del loaded  # the last reference: give_back() can collect it
-                footprint.give_back()
+                await footprint.give_back()
                 raise
         if evicted:
             log.info("model '%s' version %s: made room by scaling %s to zero", self.name,
@@ -281,7 +281,7 @@ class ModelHandle:
                 self.loaded = None
             self._stats = loaded.stats
             del loaded  # the last reference: give_back() can collect it
-            footprint.give_back()
+            await footprint.give_back()
             self._enter(ModelState.UNLOADED, "unloaded")
 
     # -- scale to zero and cold start -------------------------------------------------------
@@ -300,7 +300,7 @@ class ModelHandle:
             self._enter(ModelState.IDLE, why)
             await self._retire(loaded, loaded.defaults.drain_timeout_s, "was scaled to zero")
             del loaded  # the last reference: give_back() can collect it
-            footprint.give_back()
+            await footprint.give_back()
             if evicted:
                 self.lifecycle.evictions += 1
             else:
