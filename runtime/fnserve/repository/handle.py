@@ -14,7 +14,8 @@ released exactly once, whichever path retires it. Each transition is logged.
 
 WARMING: the config's warmup samples run (`warmup.py`) before the model is READY; a model
 without warmup samples goes from LOADING straight to READY. A reload warms the new code while
-the old keeps serving.
+the old keeps serving; when the new code fails, the version stays READY (as in Triton) with the
+failure as its reason, until a reload succeeds.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from fnserve.stats import ModelStats
 from fnserve.types import ModelCaller, ModelState
 
 log = logging.getLogger(__name__)
+# The reason a READY version shows while a change to it fails to load.
+RELOAD_FAILED = "the last change failed to load, the previous version keeps serving"
 
 
 class ModelHandle:
@@ -148,14 +151,17 @@ class ModelHandle:
         try:
             new = await self._build(spec, defaults, announce=False)  # the old one serves
         except Exception as exc:
+            reason = _load_reason(exc)
             log.error(
                 "model '%s' version %s: the new code failed to load, the old keeps serving: %s",
                 self.name,
                 self.version,
-                _load_reason(exc),
+                reason,
             )
+            self.reason = f"{RELOAD_FAILED}: {reason}"  # still READY, as in Triton
             raise _load_error(self, exc) from exc
         self.spec, self.loaded = spec, new  # the swap: new requests go to `new` from here on
+        self.reason = ""
         log.info(
             "model '%s' version %s: new code serving, draining the old", self.name, self.version
         )
