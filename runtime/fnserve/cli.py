@@ -233,9 +233,24 @@ def main() -> None:
     "--model-control-mode",
     default="none",
     show_default=True,
-    type=click.Choice(["none", "explicit"]),
-    help="none: load every model at start; explicit: load only the --load-model ones (the "
-    "repository load/unload API works in both).",
+    type=click.Choice(["none", "explicit", "poll"]),
+    help="none: load every model at start; explicit: load only the --load-model ones; poll: "
+    "load every model and reload those whose files change, looking every "
+    "--repository-poll-secs (the repository load/unload API works in all three).",
+)
+@click.option(
+    "--repository-poll-secs",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --model-control-mode poll: seconds between two looks at the served files.",
+)
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Reload the models whose files change (Python files, config.pbtxt, model files, "
+    "version folders) as soon as the OS reports the change; the old version serves until "
+    "the new one is ready, and keeps serving if the change is broken.",
 )
 @click.option(
     "--load-model",

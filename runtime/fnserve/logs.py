@@ -33,3 +33,6 @@ def configure(level: str, fmt: Literal["text", "json"]) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # "N changes detected" for every save: fnserve logs each reload with its outcome instead.
+    watchfiles_level = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
+    logging.getLogger("watchfiles").setLevel(watchfiles_level)

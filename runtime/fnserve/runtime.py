@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from fnserve import __version__
@@ -34,6 +35,7 @@ from fnserve.errors import (
     RepositoryError,
     UnavailableError,
 )
+from fnserve.repository.changes import ChangeReloader, ReloadOutcome
 from fnserve.repository.discover import ImportFailure
 from fnserve.repository.footprint import Footprint
 from fnserve.repository.handle import ModelHandle
@@ -107,6 +109,9 @@ class Runtime:
         self.supervisor = Supervisor()
         self.registry = ModelRegistry(self.supervisor, self)
         self._source = source
+        self._reloader = (
+            None if source is None else ChangeReloader(source, self.registry, self.load_model)
+        )
         self._started = False
         self._closing = False
         self._inflight = 0
@@ -261,8 +266,9 @@ class Runtime:
 
         With a source, files changed since they were imported are imported again first; a
         version whose code changed is rebuilt beside the serving one and swapped in (no
-        request fails), versions no longer defined are unloaded, new ones loaded. When its
-        file now fails to import, this fails with the reason and the old code keeps serving.
+        request fails), new versions are loaded, then versions no longer defined unloaded
+        (kept when no defined version could be served). When its file now fails to import,
+        this fails with the reason and the old code keeps serving.
         Loads and unloads of one name run one after the other, in the order asked.
 
         Raises:
@@ -273,20 +279,25 @@ class Runtime:
             specs = await self._refresh(name) if self._source is not None else None
             if name not in self.registry:
                 raise RepositoryError(f"failed to load '{name}', no version is available")
+            handles = self.registry.versions(name)
+            kept = [h for h in handles if specs is None or h.version in specs]
             errors: list[str] = []
             refused: MemoryBudgetError | None = None
-            for handle in list(self.registry.versions(name)):
-                spec = None if specs is None else specs.get(handle.version)
-                if specs is not None and spec is None:  # no longer defined
-                    await handle.unload()
-                    self.registry.remove(handle)
-                    continue
+            for handle in kept:
                 try:
-                    await handle.load(self._defaults, spec)
+                    await handle.load(
+                        self._defaults, None if specs is None else specs[handle.version]
+                    )
                 except RepositoryError as exc:
                     errors.append(exc.message)
                 except MemoryBudgetError as exc:
                     refused = exc
+            # Versions no longer defined go once the new ones serve (a new version folder under
+            # a `latest` policy never leaves a gap), or at once when the model itself is gone.
+            if not errors or not kept or any(h.ready for h in kept):
+                for handle in [h for h in handles if h not in kept]:
+                    await handle.unload()
+                    self.registry.remove(handle)
             if errors:
                 raise RepositoryError("; ".join([*errors, *([refused.message] if refused else [])]))
             if refused is not None:
@@ -307,6 +318,22 @@ class Runtime:
         for version in sorted(specs.keys() - known, key=int):
             self.registry.add(specs[version])
         return specs
+
+    async def reload_changed(self, changed: Collection[Path]) -> list[ReloadOutcome]:
+        """Reload every model the changed files touch (new ones load, deleted ones unload),
+        each as `load_model` does, and log each outcome (what a file watcher calls).
+
+        Raises:
+            RepositoryError: a model path given at start no longer exists.
+        """
+        if self._reloader is None:
+            return []
+        return await self._reloader.apply(changed)
+
+    @property
+    def model_paths(self) -> list[Path]:
+        """The files and folders the models are served from (none without a source)."""
+        return [] if self._source is None else list(self._source.paths)
 
     async def unload_model(
         self, name: str, unload_dependents: bool = False, drain_timeout_s: float | None = None

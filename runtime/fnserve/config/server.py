@@ -32,6 +32,22 @@ class ModelDefaults(NamedTuple):
     cold_start_timeout_s: float = 60.0
 
 
+class WatchSettings(NamedTuple):
+    """How the served paths are watched for changes (`--watch`, `--model-control-mode poll`).
+
+    Args:
+        polling: look at the files every `poll_interval_s` (poll mode) instead of waiting for
+            the operating system's change events (`--watch`).
+        poll_interval_s: seconds between two looks, when polling.
+    """
+
+    polling: bool
+    poll_interval_s: float
+
+
+CONTROL_MODES = ("none", "explicit", "poll")
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """How `fnserve serve` listens and behaves.
@@ -71,9 +87,13 @@ class ServerConfig:
         strict: refuse to start when a model file fails to import (default: serve the others).
         allow_empty: start even when no model was found (default: an error).
         model_control_mode: "none" loads every model at start; "explicit" loads only
-            `load_models` (Triton's modes; fnserve keeps the repository load/unload API open in
-            both).
+            `load_models`; "poll" loads every model and reloads the ones whose files change,
+            looking every `repository_poll_secs` (Triton's modes; fnserve keeps the repository
+            load/unload API open in all of them).
         load_models: names loaded at start in explicit mode ("*": all of them).
+        repository_poll_secs: seconds between two looks at the files in poll mode.
+        watch: reload the models whose files change as soon as the operating system reports
+            the change (with mode "none").
         log_level, log_format: logging setup.
     """
 
@@ -107,6 +127,8 @@ class ServerConfig:
     allow_empty: bool = False
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()
+    repository_poll_secs: float = 15.0
+    watch: bool = False
     log_level: str = "INFO"
     log_format: LogFormat = "text"
 
@@ -124,15 +146,7 @@ class ServerConfig:
             raise ModelConfigError(
                 f"cold_start_timeout_s must be > 0, got {self.cold_start_timeout_s}"
             )
-        if self.model_control_mode not in ("none", "explicit"):
-            raise ModelConfigError(
-                f"model control mode must be 'none' or 'explicit', got "
-                f"{quote(self.model_control_mode)}"
-            )
-        if self.load_models and self.model_control_mode != "explicit":
-            raise ModelConfigError(
-                "--load-model requires --model-control-mode explicit (as in Triton)"
-            )
+        _check_control_mode(self)
         _check_positive(self, _POSITIVE)
 
     @classmethod
@@ -167,9 +181,17 @@ class ServerConfig:
 
     def startup_models(self) -> tuple[str, ...] | None:
         """The models to load at start: None for all of them."""
-        if self.model_control_mode == "none" or "*" in self.load_models:
+        if self.model_control_mode != "explicit" or "*" in self.load_models:
             return None
         return self.load_models
+
+    def watch_settings(self) -> WatchSettings | None:
+        """How to watch the served paths for changes; None: they are not watched."""
+        if self.model_control_mode == "poll":
+            return WatchSettings(True, self.repository_poll_secs)
+        if self.watch:
+            return WatchSettings(False, self.repository_poll_secs)
+        return None
 
     def input_limits(self) -> InputLimits:
         """The per-request input limits both codecs apply."""
@@ -188,9 +210,25 @@ _POSITIVE = (
     "h2_max_concurrent_streams",
     "h2_window_bytes",
     "stream_max_inflight",
+    "repository_poll_secs",
 )
 # HTTP/2 caps flow-control windows at 2^31 - 1 (RFC 9113 §6.9.1); gRPC frames sizes in 32 bits.
 _MAX_31_BIT = 2**31 - 1
+
+
+def _check_control_mode(config: ServerConfig) -> None:
+    mode = config.model_control_mode
+    if mode not in CONTROL_MODES:
+        raise ModelConfigError(
+            f"model control mode must be 'none', 'explicit' or 'poll', got {quote(mode)}"
+        )
+    if config.load_models and mode != "explicit":
+        raise ModelConfigError("--load-model requires --model-control-mode explicit (as in Triton)")
+    if config.watch and mode != "none":
+        raise ModelConfigError(
+            f"--watch cannot be combined with --model-control-mode {mode}: poll mode already "
+            f"watches (by polling), and explicit mode leaves loads to the repository API"
+        )
 
 
 def _check_positive(config: ServerConfig, names: tuple[str, ...]) -> None:

@@ -17,7 +17,8 @@ released exactly once, whichever path retires it. Each transition is logged.
 
 WARMING: the config's warmup samples run (`warmup.py`) before the model is READY; a model
 without warmup samples goes from LOADING straight to READY. A reload warms the new code while
-the old keeps serving.
+the old keeps serving; when the new code fails, the version stays READY (as in Triton) with the
+failure as its reason, until a reload succeeds.
 
 IDLE (scaled to zero): the instances are released and their memory given back, the version
 stays listed and ready to clients; the next request cold-starts it (LOADING, WARMING, READY)
@@ -45,6 +46,8 @@ from fnserve.stats import LifecycleStats, ModelStats
 from fnserve.types import ModelCaller, ModelState
 
 log = logging.getLogger(__name__)
+# The reason a READY version shows while a change to it fails to load.
+RELOAD_FAILED = "the last change failed to load, the previous version keeps serving"
 
 
 class ModelHandle:
@@ -246,15 +249,18 @@ class ModelHandle:
         try:
             new = await self._admit(spec, defaults, announce=False)  # the old one serves
         except Exception as exc:
+            reason = _load_reason(exc)
             log.error(
                 "model '%s' version %s: the new code failed to load, the old keeps serving: %s",
                 self.name,
                 self.version,
-                _load_reason(exc),
+                reason,
             )
+            self.reason = f"{RELOAD_FAILED}: {reason}"  # still READY, as in Triton
             raise _load_error(self, exc) from exc
         self.spec = spec
         self._serve(new)  # the swap: new requests go to `new` from here on
+        self.reason = ""
         self.lifecycle.reloads += 1
         log.info(
             "model '%s' version %s: new code serving, draining the old", self.name, self.version

@@ -1,7 +1,8 @@
 """The registry of model handles: one per name and version, and the lookups requests make.
 
 It also remembers files that failed to import, so that the index can list the models they
-declare (FAILED, with the file and line) and a request for one says why it cannot be served.
+declare (FAILED, with the file and line) and a request for one says why it cannot be served;
+a model still serving its previous code shows that failure as its READY row's reason.
 Name-level operations (a load that re-imports a file and swaps a name's set of versions) hold
 the name's lock; each version's own transitions are serialized by its handle.
 """
@@ -15,7 +16,7 @@ from fnserve.backends.base import ModelSpec
 from fnserve.errors import ModelNotFoundError, ModelNotReadyError, RepositoryError
 from fnserve.repository.budget import MemoryBudget
 from fnserve.repository.discover import ImportFailure
-from fnserve.repository.handle import ModelHandle
+from fnserve.repository.handle import RELOAD_FAILED, ModelHandle
 from fnserve.scheduling.supervisor import Supervisor
 from fnserve.types import IndexEntry, ModelCaller, ModelState
 
@@ -105,11 +106,18 @@ class ModelRegistry:
 
     def index(self) -> list[IndexEntry]:
         """Every model version with its state and reason, by name and version."""
-        entries = [IndexEntry(h.name, h.version, h.state, h.reason) for h in self.handles()]
+        entries = [IndexEntry(h.name, h.version, h.state, self._reason(h)) for h in self.handles()]
         entries += [e for name, rows in self._failed.items() if name not in self._handles
                     for e in rows]  # fmt: skip
         entries.sort(key=lambda e: (e.name, int(e.version)))
         return entries
+
+    def _reason(self, handle: ModelHandle) -> str:
+        """A READY version whose file now fails to import says so (it serves the old code)."""
+        failed = self._failed.get(handle.name)
+        if failed and handle.ready:
+            return f"{RELOAD_FAILED}: {failed[-1].reason}"
+        return handle.reason
 
     def resolve(self, name: str, version: str, need_ready: bool) -> ModelHandle:
         """The handle a request for `name` (and `version`, "" for the latest) means.

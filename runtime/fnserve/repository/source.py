@@ -5,11 +5,16 @@
 read again only when their files changed), so a `load` after an edit serves the
 edited code. A file that fails to import is reported, never fatal here: the caller decides
 (`--strict`, or the repository load of one of its models).
+
+It also remembers which models each file and model directory held at the last scan, so a
+watcher can tell which models a changed path touches (`rescan`), also those a file no longer
+defines. Scans run one at a time (each on a worker thread).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +49,8 @@ class ModelSource:
         self.paths = [Path(p) for p in paths]
         self._files: dict[Path, _Imported] = {}
         self._model_dirs = ModelDirs()
+        self._origins: dict[Path, frozenset[str]] = {}  # file or model dir: its model names
+        self._lock = threading.Lock()
 
     def scan(self) -> Discovery:
         """Every file's definitions, importing new and changed files (blocking: runs user code).
@@ -51,18 +58,47 @@ class ModelSource:
         Raises:
             RepositoryError: a path no longer exists.
         """
+        with self._lock:
+            return self._scan()
+
+    def rescan(self, changed: Iterable[Path]) -> tuple[Discovery, set[str]]:
+        """`scan()`, and the names of the models the files and model directories at or under
+        `changed` held before the scan or hold after it (added, edited and removed ones).
+
+        Raises:
+            RepositoryError: a path no longer exists.
+        """
+        targets = [p.resolve() for p in changed]
+        with self._lock:
+            before = self._models_at(targets)
+            found = self._scan()
+            return found, before | self._models_at(targets)
+
+    def _models_at(self, targets: list[Path]) -> set[str]:
+        names: set[str] = set()
+        for origin, held in self._origins.items():
+            if any(_touches(t, origin) for t in targets):
+                names |= held
+        return names
+
+    def _scan(self) -> Discovery:
         paths = model_paths(self.paths)
         found = Discovery(files=paths.files, ignored=paths.ignored, model_dirs=paths.model_dirs)
+        origins: dict[Path, frozenset[str]] = {}
         for file in paths.files:
             imported = self._import(file)
             found.definitions += imported.definitions
             if imported.failure is not None:
                 found.failures.append(imported.failure)
+            origins[file.resolve()] = _names(imported.definitions, imported.failure)
         for directory in paths.model_dirs:
             scanned = self._model_dirs.scan(directory)
             found.definitions += scanned.specs
             if scanned.failure is not None:
                 found.failures.append(scanned.failure)
+            origins[directory.resolve()] = frozenset({directory.name})
+        self._origins = origins
+        self._files = {f: i for f, i in self._files.items() if f.resolve() in origins}
         return found
 
     def _import(self, file: Path) -> _Imported:
@@ -85,3 +121,16 @@ class ModelSource:
             imported = _Imported(digest, old, failure)
         self._files[file] = imported
         return imported
+
+
+def _names(definitions: Iterable[Definition], failure: ImportFailure | None) -> frozenset[str]:
+    names = {d.config.name for d in definitions}
+    if failure is not None:
+        names.update(name for name, _ in failure.models)
+    return frozenset(names)
+
+
+def _touches(changed: Path, origin: Path) -> bool:
+    """Whether a change at `changed` concerns `origin`: the file itself, a file in the model
+    directory, or a folder holding it (created, moved or deleted as a whole)."""
+    return changed == origin or changed.is_relative_to(origin) or origin.is_relative_to(changed)

@@ -1,7 +1,8 @@
 """Run the HTTP, gRPC and metrics frontends of one Runtime together, and stop them gracefully.
 
 Sockets are bound here (port 0 picks a free port) before anything serves, so callers learn
-the real ports at once. Shutdown: refuse new requests, let in-flight ones finish within
+the real ports at once. With `--watch` or poll mode, the model paths are watched before the
+server reports itself ready. Shutdown: refuse new requests, let in-flight ones finish within
 `shutdown_timeout_s`, stop the frontends, then unload the models.
 """
 
@@ -17,6 +18,7 @@ from typing import NamedTuple
 
 from fnserve.config.server import ServerConfig
 from fnserve.errors import StartupError, UnavailableError
+from fnserve.repository.watch import RepositoryWatcher
 from fnserve.runtime import Runtime
 from fnserve.server.grpc.server import GrpcServer
 from fnserve.server.grpc.service import grpc_services
@@ -142,11 +144,15 @@ async def serve(
     metrics_task = asyncio.create_task(
         serve_http(metrics_app(runtime), metrics_sock, config, frontends_stop)
     )
-    if on_ready is not None:
-        on_ready(ports)
+    watcher = None
     try:
+        watcher = await _watch(runtime, config)
+        if on_ready is not None:
+            on_ready(ports)
         await shutdown.wait()
     finally:
+        if watcher is not None:
+            await watcher.aclose()
         await _shut_down(runtime, config)
         grpc_server.close()
         frontends_stop.set()
@@ -155,6 +161,16 @@ async def serve(
         )
         # Nothing runs any more (or it was abandoned): only the instances' release is left.
         await runtime.aclose(drain_timeout_s=0)
+
+
+async def _watch(runtime: Runtime, config: ServerConfig) -> RepositoryWatcher | None:
+    """Watch the model paths when asked to (`--watch`, poll mode): changes reload models."""
+    settings = config.watch_settings()
+    if settings is None or not runtime.model_paths:
+        return None
+    watcher = RepositoryWatcher(runtime.model_paths, runtime.reload_changed, settings)
+    await watcher.start()
+    return watcher
 
 
 async def _shut_down(runtime: Runtime, config: ServerConfig) -> None:
