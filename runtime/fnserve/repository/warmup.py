@@ -36,6 +36,10 @@ async def run_warmup(loaded: LoadedModel) -> None:
             request = warmup_request(config, sample)
             for _ in range(sample.count):
                 entry = prepare(config, request)
+                # Nothing else will join a warmup request's batch: dated far back, it is past
+                # the batcher's max_queue_delay at once instead of waiting for rows that never
+                # come (its queue time is not kept: statistics restart after warmup).
+                entry.enqueued_ns = 0
                 loaded.scheduler.submit_nowait(entry)
                 await entry.future
         except (FnserveError, OSError, ValueError) as exc:
