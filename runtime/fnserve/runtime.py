@@ -239,8 +239,12 @@ class Runtime:
         return [h.stats for h in handles]
 
     def repository_index(self, ready: bool = False) -> list[IndexEntry]:
+        """Every model version, or (`ready`) those that serve requests: READY, and IDLE ones
+        (scaled to zero: the next request cold-starts them)."""
         entries = self.registry.index()
-        return [e for e in entries if e.state is ModelState.READY] if ready else entries
+        if not ready:
+            return entries
+        return [e for e in entries if e.state in (ModelState.READY, ModelState.IDLE)]
 
     def version_stats(self) -> list[ModelStats]:
         """Every version's live statistics record (for the metrics exporter)."""

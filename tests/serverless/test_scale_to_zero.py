@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -48,7 +49,10 @@ def test_idle_model_scales_to_zero_gives_memory_back_and_stays_ready(
     assert httpclient.InferenceServerClient(server.http.removeprefix("http://")).is_model_ready(
         "sleepy"
     )
-    assert grpcclient.InferenceServerClient(server.grpc).is_model_ready("sleepy")
+    grpc = grpcclient.InferenceServerClient(server.grpc)
+    assert grpc.is_model_ready("sleepy")
+    ready_only = httpx.post(f"{server.http}/v2/repository/index", json={"ready": True}).json()
+    assert [(m["name"], m["state"]) for m in ready_only] == [("sleepy", "READY")]
     # Its 120 MiB go back to the system once the instance is released (right after IDLE).
     wait_for(lambda: loaded_mb - server.rss_mb() > 100, "the server's RSS to drop", 5)
     assert metric(server, "fnserve_model_state", **LABELS, state="IDLE") == 1
