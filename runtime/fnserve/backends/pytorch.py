@@ -198,10 +198,20 @@ def _device(where: str, context: InstanceContext) -> torch.device:
     """The CPU for KIND_CPU; the instance's CUDA device for KIND_GPU, which must exist."""
     if context.kind != "KIND_GPU":
         return torch.device("cpu")
+    return cuda_device(where, context, "install a CUDA build of torch, or use KIND_CPU")
+
+
+def cuda_device(where: str, context: InstanceContext, remedy: str) -> torch.device:
+    """The instance's CUDA device `cuda:N`, which must exist (`remedy` ends the message when
+    torch has no CUDA device at all). Shared with the tensorrt backend, whose memory is torch's.
+
+    Raises:
+        RepositoryError: no CUDA in this torch, a malformed device, or one that does not exist.
+    """
     if not torch.cuda.is_available():
         raise RepositoryError(
             f"{where} asks for KIND_GPU but this torch has no CUDA device (a CPU-only build, "
-            f"or no GPU or driver); install a CUDA build of torch, or use KIND_CPU"
+            f"or no GPU or driver); {remedy}"
         )
     prefix, _, index = context.device.partition(":")
     if prefix != "cuda" or not index.isdigit():

@@ -45,6 +45,8 @@ from fnserve.types import Array, ParamValue
 try:
     import tensorrt as trt
     import torch
+
+    from fnserve.backends.pytorch import cuda_device  # torch places the engines' memory
 except ImportError as exc:  # re-raised with the install line: the bare name says too little
     raise ImportError(
         f"fnserve's tensorrt backend needs the tensorrt and torch packages ({exc}); "
@@ -282,20 +284,7 @@ def _device(where: str, context: InstanceContext) -> torch.device:
             f"the CPU (KIND_CPU in the config, or KIND_AUTO where no CUDA device was found); "
             f"serve it on a machine with a GPU, its driver and pip install 'fnserve[tensorrt]'"
         )
-    if not torch.cuda.is_available():
-        raise RepositoryError(
-            f"{where} asks for KIND_GPU but this torch has no CUDA device (a CPU-only build, "
-            f"or no GPU or driver); pip install 'fnserve[tensorrt]' on a machine with a GPU"
-        )
-    prefix, _, index = context.device.partition(":")
-    if prefix != "cuda" or not index.isdigit():
-        raise RepositoryError(f"{where}: KIND_GPU needs a device 'cuda:N', got {context.device!r}")
-    if int(index) >= torch.cuda.device_count():
-        raise RepositoryError(
-            f"{where}: device {context.device} does not exist (torch sees "
-            f"{torch.cuda.device_count()} CUDA device(s))"
-        )
-    return torch.device(context.device)
+    return cuda_device(where, context, "pip install 'fnserve[tensorrt]' on a machine with a GPU")
 
 
 def _device_copy(array: Array, datatype: str, device: torch.device) -> torch.Tensor:
