@@ -260,6 +260,41 @@ def main() -> None:
     help="With --model-control-mode explicit: a model to load at start (repeatable; '*' for all).",
 )
 @click.option(
+    "--admin-token",
+    default="",
+    envvar="FNSERVE_ADMIN_TOKEN",
+    show_envvar=True,
+    help="Bearer token the control APIs (repository load/unload) require: 'Authorization: "
+    "Bearer TOKEN' (HTTP) or 'authorization' metadata (gRPC). Without one, a server bound to "
+    "a non-loopback address refuses them.",
+)
+@click.option(
+    "--api-token",
+    default="",
+    envvar="FNSERVE_API_TOKEN",
+    show_envvar=True,
+    help="Bearer token inference, metadata, config and statistics then require (an admin "
+    "token works too); health stays open.",
+)
+@click.option(
+    "--token-file",
+    default="",
+    metavar="FILE",
+    help="File of named tokens, one 'NAME ROLE TOKEN' a line (ROLE: admin or api).",
+)
+@click.option(
+    "--http-restricted-api",
+    multiple=True,
+    metavar="APIS:KEY=VALUE",
+    help="Triton's: the comma-separated API groups need header KEY: VALUE (repeatable).",
+)
+@click.option(
+    "--grpc-restricted-protocol",
+    multiple=True,
+    metavar="APIS:KEY=VALUE",
+    help="Triton's: the groups need metadata triton-grpc-protocol-KEY: VALUE (repeatable).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,

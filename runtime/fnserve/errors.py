@@ -12,6 +12,9 @@ FnserveError                      (.message; unmapped -> 500 / INTERNAL)
 │   └── MemoryBudgetError         503 / RESOURCE_EXHAUSTED a model does not fit --memory-budget
 ├── CancelledError                400 / CANCELLED          the client went away
 ├── UnsupportedError              501 / UNIMPLEMENTED      a feature fnserve does not offer
+├── UnauthenticatedError          401 / UNAUTHENTICATED    no bearer token, or an unknown one
+├── PermissionDeniedError         403 / PERMISSION_DENIED  role too low, or control refused
+│   └── RestrictedApiError        403 / UNAVAILABLE        Triton's restricted-API header missing
 ├── DeadlineExceededError         504 / DEADLINE_EXCEEDED  an execution ran past its timeout
 ├── ModelExecutionError           500 / INTERNAL           the model raised (wraps the cause)
 │   ├── InstanceBrokenError       the instance itself died (its worker crashed); it is replaced
@@ -83,6 +86,21 @@ class UnsupportedError(FnserveError):
     """The request asks for something fnserve does not implement."""
 
 
+class UnauthenticatedError(FnserveError):
+    """The API needs a bearer token and the request carried none, or one the server does not
+    know (the message never quotes it)."""
+
+
+class PermissionDeniedError(FnserveError):
+    """The request's token has too low a role for the API, or the API is closed (the control
+    APIs on a public address without an admin token)."""
+
+
+class RestrictedApiError(PermissionDeniedError):
+    """A Triton restriction (`--http-restricted-api`, `--grpc-restricted-protocol`) covers the
+    API and its header is missing or wrong; answered as Triton does (HTTP 403, gRPC UNAVAILABLE)."""
+
+
 class DeadlineExceededError(FnserveError):
     """A model execution ran past its `execution_timeout_s`; its instance is replaced."""
 
@@ -133,10 +151,13 @@ __all__ = [
     "ModelNotReadyError",
     "OutOfMemoryError",
     "PayloadTooLargeError",
+    "PermissionDeniedError",
     "QueueFullError",
     "RepositoryError",
     "RequestTimeoutError",
+    "RestrictedApiError",
     "StartupError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UnsupportedError",
 ]

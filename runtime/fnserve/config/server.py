@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
 from fnserve.errors import ModelConfigError
@@ -95,6 +95,10 @@ class ServerConfig:
         watch: reload the models whose files change as soon as the operating system reports
             the change (with mode "none").
         log_level, log_format: logging setup.
+        admin_token, api_token: bearer tokens the control APIs (admin) and, when set, the
+            inference and metadata APIs (api or admin) require ("": none).
+        token_file: a file of named tokens, one `NAME ROLE TOKEN` a line (see server/access.py).
+        http_restricted_api, grpc_restricted_protocol: Triton's `APIS:KEY=VALUE` restrictions.
     """
 
     host: str = "127.0.0.1"
@@ -131,6 +135,12 @@ class ServerConfig:
     watch: bool = False
     log_level: str = "INFO"
     log_format: LogFormat = "text"
+    admin_token: str = field(default="", repr=False)
+    api_token: str = field(default="", repr=False)
+    token_file: str = ""
+    # Secrets: kept out of repr (and so out of logs and tracebacks).
+    http_restricted_api: tuple[str, ...] = field(default=(), repr=False)
+    grpc_restricted_protocol: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if self.execution_timeout_s < 0 or self.shutdown_timeout_s < 0:

@@ -20,8 +20,11 @@ from fnserve.config.server import ServerConfig
 from fnserve.errors import StartupError, UnavailableError
 from fnserve.repository.watch import RepositoryWatcher
 from fnserve.runtime import Runtime
+from fnserve.server.access import access_policies
+from fnserve.server.grpc.auth import guard_grpc
 from fnserve.server.grpc.server import GrpcServer
 from fnserve.server.grpc.service import grpc_services
+from fnserve.server.http.auth import guard_http
 from fnserve.server.http.routes import http_app
 from fnserve.server.http.transport import serve_http
 from fnserve.server.metrics import metrics_app
@@ -124,6 +127,7 @@ async def serve(
         shutdown: set it to stop the server.
         on_ready: called once every frontend listens, with the bound ports.
     """
+    access = access_policies(config)  # before binding: a bad token file binds nothing
     http_sock, grpc_sock, metrics_sock = _bind_all(config)
     ports = BoundPorts(
         config.host,
@@ -136,10 +140,13 @@ async def serve(
     await runtime.start(config.model_defaults(), config.startup_models())
     config = fit_connections_to_fds(config)
     grpc_server = GrpcServer(grpc_services(runtime, config), config)
+    guard_grpc(grpc_server, access.grpc)
     await grpc_server.start(sock=grpc_sock)
     frontends_stop = asyncio.Event()
     http_task = asyncio.create_task(
-        serve_http(http_app(runtime, config), http_sock, config, frontends_stop)
+        serve_http(
+            guard_http(http_app(runtime, config), access.http), http_sock, config, frontends_stop
+        )
     )
     metrics_task = asyncio.create_task(
         serve_http(metrics_app(runtime), metrics_sock, config, frontends_stop)

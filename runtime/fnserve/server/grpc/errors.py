@@ -22,7 +22,10 @@ from fnserve.errors import (
     ModelNotReadyError,
     OutOfMemoryError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     RepositoryError,
+    RestrictedApiError,
+    UnauthenticatedError,
     UnavailableError,
     UnsupportedError,
 )
@@ -46,6 +49,10 @@ STATUS_BY_ERROR: dict[type[Exception], Status] = {
     UnavailableError: Status.UNAVAILABLE,
     CancelledError: Status.CANCELLED,
     UnsupportedError: Status.UNIMPLEMENTED,
+    UnauthenticatedError: Status.UNAUTHENTICATED,
+    PermissionDeniedError: Status.PERMISSION_DENIED,
+    # Triton answers its restricted protocols with UNAVAILABLE (grpc_handler.h); kept as is.
+    RestrictedApiError: Status.UNAVAILABLE,
     DeadlineExceededError: Status.DEADLINE_EXCEEDED,
     # "Some resource has been exhausted": retryable with backoff once memory frees up, but
     # not UNAVAILABLE, which clients (KServe's default retry policy) retry at once and which

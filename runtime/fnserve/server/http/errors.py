@@ -22,7 +22,9 @@ from fnserve.errors import (
     ModelNotReadyError,
     OutOfMemoryError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     RepositoryError,
+    UnauthenticatedError,
     UnavailableError,
     UnsupportedError,
 )
@@ -38,6 +40,8 @@ _STATUS: dict[type[FnserveError], int] = {
     UnavailableError: 503,
     CancelledError: 400,
     UnsupportedError: 501,
+    UnauthenticatedError: 401,
+    PermissionDeniedError: 403,  # RestrictedApiError too, as Triton answers
     DeadlineExceededError: 504,
     # Retryable: 503 is the status HTTP clients and proxies retry (with backoff); 500 is not.
     OutOfMemoryError: 503,
