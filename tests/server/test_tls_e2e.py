@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import h2.config
+import h2.connection
 import httpx
 import numpy as np
 import pytest
@@ -27,11 +29,13 @@ from geventhttpclient.response import HTTPConnectionClosed
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import MODELS
+from tests.dos.attacks import GRPC_INFER, _goaway, _grpc_headers
 from tests.serverproc import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
 HEADER_TIMEOUT_S = 2
+ENHANCE_YOUR_CALM = 0xB
 
 
 class Pems(NamedTuple):
@@ -163,6 +167,29 @@ class TestTls:
             sock.settimeout(HEADER_TIMEOUT_S + 5)
             assert sock.recv(1024) == b""  # closed, without a byte of handshake from us
         assert time.monotonic() - start < HEADER_TIMEOUT_S + 2
+
+    @pytest.mark.parametrize("port", ["http_port", "grpc_port"])
+    def test_h2guard_cuts_a_rapid_reset_inside_tls(
+        self, tls_server: ServerProcess, pems: Pems, port: str
+    ) -> None:
+        context = _verify(pems)
+        context.set_alpn_protocols(["h2"])
+        raw = socket.create_connection((tls_server.host, getattr(tls_server, port)), timeout=10)
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            assert sock.selected_alpn_protocol() == "h2"
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            headers = _grpc_headers(GRPC_INFER, "127.0.0.1")
+            for stream_id in range(1, 2 * 100, 2):  # 100 HEADERS + RST_STREAM pairs
+                conn.send_headers(stream_id, headers)
+                conn.reset_stream(stream_id)
+            try:
+                sock.sendall(conn.data_to_send())
+            except OSError:
+                pass  # already cut
+            event = _goaway(sock, conn, 5)
+        assert event is not None
+        assert event.error_code == ENHANCE_YOUR_CALM
 
 
 class TestMutualTls:
