@@ -59,6 +59,16 @@ def main() -> None:
 )
 @click.option("--metrics-port", default=8002, show_default=True, help="Metrics port (0: free one).")
 @click.option(
+    "--tls-cert", default="", metavar="PEM", help="Certificate chain: HTTP and gRPC speak TLS."
+)
+@click.option("--tls-key", default="", metavar="PEM", help="The private key of --tls-cert.")
+@click.option(
+    "--tls-client-ca",
+    default="",
+    metavar="PEM",
+    help="CA of the client certificates: clients must present one (mutual TLS).",
+)
+@click.option(
     "--max-body-bytes",
     default=64 * 1024 * 1024,
     show_default=True,
@@ -398,9 +408,11 @@ def _summary(runtime: Runtime, ports: BoundPorts) -> None:
         if entry.state is ModelState.READY and stats is not None:
             reason = f" (load {stats.load_ns / 1e9:.3f} s, warmup {stats.warmup_ns / 1e9:.3f} s)"
         lines.append(f"  {entry.name} v{entry.version}: {entry.state.value}{reason}")
+    http, tls = ("https", f", {ports.tls}") if ports.tls else ("http", "")
     lines += [
-        f"  HTTP     http://{ports.host}:{ports.http}  (KServe v2 REST, HTTP/1.1 and h2c)",
-        f"  gRPC     {ports.host}:{ports.grpc}  (inference.GRPCInferenceService)",
+        f"  HTTP     {http}://{ports.host}:{ports.http}  (KServe v2 REST, HTTP/1.1 and "
+        f"{'h2' if tls else 'h2c'}{tls})",
+        f"  gRPC     {ports.host}:{ports.grpc}  (inference.GRPCInferenceService{tls})",
         f"  metrics  http://{ports.host}:{ports.metrics}/metrics",
     ]
     click.echo("\n".join(lines), err=True)

@@ -55,6 +55,10 @@ class ServerConfig:
     Args:
         host: address every frontend binds.
         http_port, grpc_port, metrics_port: 0 picks a free port (reported after binding).
+        tls_cert, tls_key: PEM files of the certificate chain and its key; set, the HTTP and
+            gRPC ports speak TLS only ("": plain).
+        tls_client_ca: PEM file of the CA that signs client certificates; set, clients must
+            present one (mutual TLS).
         max_body_bytes: largest accepted HTTP request body, after decompression.
         grpc_max_message_bytes: largest gRPC message received or sent.
         max_connections: open connections per port; one more is refused at once.
@@ -105,6 +109,9 @@ class ServerConfig:
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
     max_body_bytes: int = 64 * 1024 * 1024
     grpc_max_message_bytes: int = 256 * 1024 * 1024
     max_connections: int = 2048

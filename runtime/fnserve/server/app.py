@@ -28,6 +28,7 @@ from fnserve.server.http.auth import guard_http
 from fnserve.server.http.routes import http_app
 from fnserve.server.http.transport import serve_http
 from fnserve.server.metrics import metrics_app
+from fnserve.server.tls import server_contexts
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class BoundPorts(NamedTuple):
     http: int
     grpc: int
     metrics: int
+    tls: str = ""  # "", "TLS" or "mutual TLS" (the HTTP and gRPC ports; metrics stay plain)
 
 
 def bind(host: str, port: int, what: str = "") -> socket.socket:
@@ -128,12 +130,14 @@ async def serve(
         on_ready: called once every frontend listens, with the bound ports.
     """
     access = access_policies(config)  # before binding: a bad token file binds nothing
+    tls = server_contexts(config)  # bad TLS files fail before anything binds or loads
     http_sock, grpc_sock, metrics_sock = _bind_all(config)
     ports = BoundPorts(
         config.host,
         http_sock.getsockname()[1],
         grpc_sock.getsockname()[1],
         metrics_sock.getsockname()[1],
+        tls.mode if tls else "",
     )
     runtime.registry.budget.host_bytes = config.memory_budget_bytes
     runtime.registry.budget.gpu_bytes = config.gpu_memory_budget_bytes
@@ -141,11 +145,15 @@ async def serve(
     config = fit_connections_to_fds(config)
     grpc_server = GrpcServer(grpc_services(runtime, config), config)
     guard_grpc(grpc_server, access.grpc)
-    await grpc_server.start(sock=grpc_sock)
+    await grpc_server.serve_on(grpc_sock, tls.grpc if tls else None)
     frontends_stop = asyncio.Event()
     http_task = asyncio.create_task(
         serve_http(
-            guard_http(http_app(runtime, config), access.http), http_sock, config, frontends_stop
+            guard_http(http_app(runtime, config), access.http),
+            http_sock,
+            config,
+            frontends_stop,
+            tls.http if tls else None,
         )
     )
     metrics_task = asyncio.create_task(

@@ -8,13 +8,16 @@ or ping as fast as it can. `GrpcServer` wraps each connection's protocol:
 - a connection that sends no request within `header_timeout_s`, or sits with no open stream
   for `keep_alive_timeout_s`, is closed with GOAWAY(NO_ERROR);
 - `h2guard.FrameGuard` ends floods (rapid reset, pings, SETTINGS) with GOAWAY(ENHANCE_YOUR_CALM);
-- HTTP/2 settings bound streams per connection, the header list and the flow-control windows.
+- HTTP/2 settings bound streams per connection, the header list and the flow-control windows;
+- with TLS, a handshake must end within `header_timeout_s` (grpclib's `start` would allow 60 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -48,6 +51,20 @@ class GrpcServer(grpclib.server.Server):
         )
         self._limits = config
         self._open: set[_GuardedH2Protocol] = set()
+
+    async def serve_on(self, sock: socket.socket, tls: ssl.SSLContext | None = None) -> None:
+        """Start serving on the listening `sock`, over TLS with `tls` (ALPN `h2`)."""
+        if tls is None:
+            await self.start(sock=sock)
+            return
+        # grpclib's `start` sets these two and passes no handshake timeout through
+        self._server = await self._loop.create_server(
+            self._protocol_factory,
+            sock=sock,
+            ssl=tls,
+            ssl_handshake_timeout=self._limits.header_timeout_s,
+        )
+        self._server_closed_fut = self._loop.create_future()
 
     def _protocol_factory(self) -> H2Protocol:
         plain = super()._protocol_factory()

@@ -4,10 +4,13 @@ Each new connection starts with a sniffer. If its first bytes are the HTTP/2 con
 (`PRI * HTTP/2.0...`, "prior knowledge" h2c, which gRPC-style and httpx http2 clients send),
 the connection goes to Hypercorn, which speaks HTTP/2; anything else goes to uvicorn's
 `HttpToolsProtocol`, about three times faster than Hypercorn for HTTP/1.1. Both get the bytes
-already read replayed, so neither notices the switch.
+already read replayed, so neither notices the switch. With TLS (`tls.py`) the handshake comes
+first, and a client that negotiated `h2` by ALPN goes to Hypercorn at once; one that offered no
+ALPN, or chose `http/1.1`, is sniffed as above, inside the TLS stream.
 
 Limits (see `ServerConfig`): at most `max_connections` open connections (one more is answered
-503 and closed), a request head must arrive within `header_timeout_s` (`http1.py` bounds its
+503 and closed), a TLS handshake must end within `header_timeout_s` (connections still in it
+are not counted yet), a request head must arrive within `header_timeout_s` (`http1.py` bounds its
 size too), idle keep-alive connections close after `keep_alive_timeout_s`, and HTTP/2
 connections get Hypercorn's stream and header limits plus `h2guard`'s flood budget.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -182,8 +186,12 @@ class _Sniffer(asyncio.Protocol):
             self.transport.write(refusal(503, message))
             self.transport.close()
             return
-        connections.sniffing.add(self)
         _no_delay(transport)
+        tls = transport.get_extra_info("ssl_object")
+        if tls is not None and tls.selected_alpn_protocol() == "h2":
+            connections.start_h2(self.transport, b"")
+            return
+        connections.sniffing.add(self)
         # a client that connects and never speaks must not hold the connection forever
         timeout_s = connections.limits.header_timeout_s
         self.timer = connections.loop.call_later(timeout_s, self.close)
@@ -282,7 +290,11 @@ def _no_delay(transport: asyncio.BaseTransport) -> None:
 
 
 async def serve_http(
-    app: ASGIApp, sock: socket.socket, config: ServerConfig, shutdown: asyncio.Event
+    app: ASGIApp,
+    sock: socket.socket,
+    config: ServerConfig,
+    shutdown: asyncio.Event,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Serve `app` on the listening socket `sock` until `shutdown` is set, then drain.
 
@@ -291,10 +303,14 @@ async def serve_http(
         sock: a bound, listening, non-blocking TCP socket (closed on return).
         config: `shutdown_timeout_s` bounds how long in-flight requests may still run.
         shutdown: set it to stop accepting and return once drained.
+        tls: serve HTTPS with this context (ALPN `h2` / `http/1.1`); None: plain HTTP and h2c.
     """
     loop = asyncio.get_running_loop()
     connections = _Connections(app, loop, config)
-    server = await loop.create_server(connections.new_connection, sock=sock)
+    handshake_s = config.header_timeout_s if tls is not None else None
+    server = await loop.create_server(
+        connections.new_connection, sock=sock, ssl=tls, ssl_handshake_timeout=handshake_s
+    )
     try:
         await shutdown.wait()
     finally:
