@@ -37,6 +37,15 @@ def {name}(X: np.ndarray) -> np.ndarray:
     return X + {offset}
 """
 SERVED = SOURCE.format(name="served", offset=0)
+WARMUP_FAILS = """
+import numpy as np
+from fnserve import Tensor, Warmup, WarmupInput, model
+
+@model(inputs=[Tensor("X", "FP32", [1])], outputs=[Tensor("Y", "FP32", [1])],
+       warmup=[Warmup("zeros", {"X": WarmupInput("FP32", [1])})])
+def keep(X: np.ndarray) -> np.ndarray:
+    raise ValueError("cannot warm up")
+"""
 
 
 def _server(state: Path, served: Path) -> ServerProcess:
@@ -186,6 +195,14 @@ class TestRefused:
         result = deploy(server, tmp_path / "keep.py", name)
         assert result.returncode == 1
         assert "crashed" in result.stderr
+        self._untouched(server)
+
+    def test_failing_warmup(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
+        (tmp_path / "keep.py").write_text(WARMUP_FAILS)
+        result = deploy(server, tmp_path / "keep.py", name)
+        assert result.returncode == 1
+        assert "failed to load (version 1 keeps serving)" in result.stderr
+        assert "warmup sample 'zeros' failed" in result.stderr
         self._untouched(server)
 
     def test_no_model(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
