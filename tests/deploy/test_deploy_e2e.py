@@ -22,6 +22,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from tests.backends.triton_python_models import ADD_SUB
 from tests.repository.loadloop import LoadLoop, wait_until
 from tests.serverproc import ServerProcess
 
@@ -128,6 +129,42 @@ def test_deploy_then_call_over_http_and_grpc(server: ServerProcess, tmp_path: Pa
     assert "tritonclient" in result.stdout
     assert call(server, "fresh", 1) == 6.0
     assert call_grpc(server, "fresh", 2) == 7.0
+
+
+TRITON_CONFIG = """
+name: "tri_add_sub"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+"""
+
+
+def test_deploy_a_triton_model_directory(server: ServerProcess, tmp_path: Path) -> None:
+    model_dir = tmp_path / "tri_add_sub"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "config.pbtxt").write_text(TRITON_CONFIG)
+    (model_dir / "1" / "model.py").write_text(ADD_SUB)
+    result = fnserve(server, "deploy", model_dir)
+    assert result.returncode == 0, result.stderr
+    assert "deployment 'tri_add_sub' version 1" in result.stdout
+    client = grpcclient.InferenceServerClient(server.grpc)
+    try:
+        inputs = []
+        for name in ("INPUT0", "INPUT1"):
+            tensor = grpcclient.InferInput(name, [1, 4], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
+            inputs.append(tensor)
+        answer = client.infer("tri_add_sub", inputs)
+        assert answer.as_numpy("OUTPUT0").tolist() == [[2.0, 2.0, 2.0, 2.0]]
+    finally:
+        client.close()
 
 
 def test_identical_redeploy_is_a_no_op(server: ServerProcess, tmp_path: Path) -> None:
@@ -299,7 +336,10 @@ def test_tokens(server: ServerProcess, tmp_path: Path) -> None:
 
 
 def test_deployments_come_back_after_a_restart(tmp_path: Path) -> None:
-    state, served = tmp_path / "state", tmp_path / "served"
+    # The state directory inside the served folder (`fnserve serve .`, the default state dir):
+    # its hidden folder is not served twice.
+    served = tmp_path / "served"
+    state = served / ".fnserve-state"
     served.mkdir()
     (served / "served.py").write_text(SERVED)
     with _server(state, served) as first:
