@@ -525,6 +525,9 @@ _SERVER = click.option(
     show_envvar=True,
     help="The server's HTTP URL.",
 )
+_CACERT = click.option("--cacert", default="", metavar="PEM", help="CA of an https server.")
+_CERT = click.option("--cert", default="", metavar="PEM", help="Client certificate (mutual TLS).")
+_KEY = click.option("--key", default="", metavar="PEM", help="The private key of --cert.")
 _TOKEN = click.option(
     "--token",
     default="",
@@ -539,23 +542,29 @@ _TOKEN = click.option(
 @click.option("--name", default="", help="Deployment name [default: PATH's name, no suffix].")
 @_SERVER
 @_TOKEN
-def deploy_command(path: Path, name: str, server: str, token: str) -> None:
+@_CACERT
+@_CERT
+@_KEY
+def deploy_command(path: Path, name: str, **target: str) -> None:
     """Deploy PATH (a Python file, a folder of them, or a Triton model directory) to a
     running server: it is checked, loaded, warmed up and swapped in; a failure leaves the
     previous version serving."""
     from fnserve.deploy import commands
 
-    commands.deploy(path, name or path.stem, server, token)
+    commands.deploy(path, name or path.stem, commands.Target(**target))
 
 
 @main.command("deployments")
 @_SERVER
 @_TOKEN
-def deployments_command(server: str, token: str) -> None:
+@_CACERT
+@_CERT
+@_KEY
+def deployments_command(**target: str) -> None:
     """List the server's deployments: versions, when, content hash, which one serves."""
     from fnserve.deploy import commands
 
-    commands.deployments(server, token)
+    commands.deployments(commands.Target(**target))
 
 
 @main.command("rollback")
@@ -564,19 +573,25 @@ def deployments_command(server: str, token: str) -> None:
               "[default: the one deployed before the current one].")  # fmt: skip
 @_SERVER
 @_TOKEN
-def rollback_command(name: str, version: int, server: str, token: str) -> None:
+@_CACERT
+@_CERT
+@_KEY
+def rollback_command(name: str, version: int, **target: str) -> None:
     """Serve an earlier version of deployment NAME again."""
     from fnserve.deploy import commands
 
-    commands.rollback(name, version, server, token)
+    commands.rollback(name, version, commands.Target(**target))
 
 
 @main.command("undeploy")
 @click.argument("name")
 @_SERVER
 @_TOKEN
-def undeploy_command(name: str, server: str, token: str) -> None:
+@_CACERT
+@_CERT
+@_KEY
+def undeploy_command(name: str, **target: str) -> None:
     """Stop serving deployment NAME and delete its versions from the server."""
     from fnserve.deploy import commands
 
-    commands.undeploy(name, server, token)
+    commands.undeploy(name, commands.Target(**target))
