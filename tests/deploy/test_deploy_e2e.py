@@ -22,6 +22,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from fnserve.deploy.archive import pack
 from tests.backends.triton_python_models import ADD_SUB
 from tests.repository.loadloop import LoadLoop, wait_until
 from tests.serverproc import ServerProcess
@@ -294,6 +295,38 @@ class TestRefused:
         assert answer.status_code == 400
         assert reason in answer.json()["error"]
         self._untouched(server)
+
+
+SLOW_WARMUP = """
+import time
+import numpy as np
+from fnserve import Tensor, Warmup, WarmupInput, model
+
+@model(inputs=[Tensor("X", "FP32", [1])], outputs=[Tensor("Y", "FP32", [1])],
+       warmup=[Warmup("zeros", {"X": WarmupInput("FP32", [1])})])
+def slow(X: np.ndarray) -> np.ndarray:
+    if not X.any():
+        time.sleep(2)  # the warmup
+    return X + 40
+"""
+
+
+def test_a_client_hanging_up_does_not_stop_the_deployment(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    (tmp_path / "slow.py").write_text(SLOW_WARMUP)
+    archive = pack(tmp_path / "slow.py")
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(
+            f"{server.http}/v2/deployments", params={"name": "slow"}, content=archive,
+            headers={"Authorization": f"Bearer {ADMIN}"}, timeout=0.5,
+        )  # fmt: skip
+    wait_until(lambda: "slow: version 1 serves" in fnserve(server, "deployments").stdout,
+               "the deployment finished")  # fmt: skip
+    assert call(server, "slow") == 41.0
+    result = deploy(server, write(tmp_path / "next", "slow", 50), "slow")
+    assert result.returncode == 0, result.stderr
+    assert call(server, "slow") == 51.0
 
 
 def test_rollback_and_undeploy(server: ServerProcess, tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from fnserve.deploy.archive import read_archive
 from fnserve.deploy.store import DeployedVersion, Deployment, DeploymentStore, check_name
@@ -32,6 +32,7 @@ from fnserve.repository.source import ModelSource
 from fnserve.runtime import Runtime
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class DeploySettings(NamedTuple):
@@ -103,8 +104,9 @@ class DeployService:
                 the previous version keeps serving), or a model another source serves.
             PayloadTooLargeError: the archive unpacks past the limit.
         """
-        check_name(name)
-        source = self._source()
+        return await _shielded(self._deploy(check_name(name), self._source(), data))
+
+    async def _deploy(self, name: str, source: ModelSource, data: bytes) -> DeployReport:
         async with self._lock:
             files = await asyncio.to_thread(read_archive, data, 8 * self.settings.max_bytes)
             deployment = await asyncio.to_thread(self.store.load, name)
@@ -133,10 +135,14 @@ class DeployService:
             ModelNotFoundError: no such deployment or version.
             InvalidInputError: it failed to load (the current version keeps serving).
         """
+        return await _shielded(self._rollback(name, to))
+
+    async def _rollback(self, name: str, to: int) -> DeployReport:
         async with self._lock:
             deployment = await self._existing(name)
             target = deployment.get(to) if to else _previous(deployment)
             if target.version != deployment.current:
+                self._check_conflicts(deployment, target.models)
                 folder = self.store.folder(name, target.digest)
                 await self._serve(self._source(), deployment, folder, target.models)
                 deployment = Deployment(name, target.version, deployment.versions)
@@ -149,6 +155,9 @@ class DeployService:
         Raises:
             ModelNotFoundError: no such deployment.
         """
+        await _shielded(self._undeploy(name))
+
+    async def _undeploy(self, name: str) -> None:
         async with self._lock:
             deployment = await self._existing(name)
             if deployment.serving is not None:
@@ -207,6 +216,9 @@ class DeployService:
             raise InvalidInputError(
                 f"deployment '{deployment.name}' failed to load ({keeps}): {exc.message}"
             ) from exc
+        except BaseException:
+            source.replace_path(folder, old)  # its folder may be deleted next: never serve it
+            raise
 
     async def _reload(self, names: Iterable[str]) -> None:
         for name in sorted(names):
@@ -239,6 +251,19 @@ class DeployService:
         except Exception:  # not ready: no inputs to show
             return ()
         return tuple((t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs)
+
+
+async def _shielded(operation: Coroutine[Any, Any, T]) -> T:
+    """Run `operation` to its end even when the caller is cancelled (a client that hangs up
+    mid-deployment must not leave the source half switched); its outcome is then logged."""
+    task = asyncio.ensure_future(operation)
+    task.add_done_callback(_log_orphan)
+    return await asyncio.shield(task)
+
+
+def _log_orphan(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.info("deployment operation ended: %s", task.exception())
 
 
 def _names(models: Iterable[tuple[str, str]]) -> set[str]:
