@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -177,9 +178,44 @@ def test_identical_redeploy_is_a_no_op(server: ServerProcess, tmp_path: Path) ->
     assert "already serves this content" in again.stdout
 
 
+class ExtraClients:
+    """`count` more clients (httpx, JSON tensors) calling `model` in a loop, beside LoadLoop's
+    three: 32 requests in flight together."""
+
+    def __init__(self, server: ServerProcess, model: str, count: int) -> None:
+        self.url = f"{server.http}/v2/models/{model}/infer"
+        self.answers = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
+
+    def _run(self) -> None:
+        body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+        with httpx.Client(timeout=30) as client:
+            while not self._stop.is_set():
+                try:
+                    client.post(self.url, json=body).raise_for_status()
+                    self.answers += 1
+                except httpx.HTTPError as exc:
+                    self.failures.append(repr(exc))
+
+    def __enter__(self) -> ExtraClients:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+
 def test_redeploy_under_load_fails_no_request(server: ServerProcess, tmp_path: Path) -> None:
     assert deploy(server, write(tmp_path / "v1", "busy", 10), "busy").returncode == 0
-    with LoadLoop(server, "busy", np.ones(1, np.float32)) as load:
+    with (
+        ExtraClients(server, "busy", 29) as extra,
+        LoadLoop(server, "busy", np.ones(1, np.float32)) as load,
+    ):
         wait_until(lambda: load.latest() == 11.0, "version 1 answers")
         result = deploy(server, write(tmp_path / "v2", "busy", 20), "busy")
         assert result.returncode == 0, result.stderr
@@ -188,6 +224,8 @@ def test_redeploy_under_load_fails_no_request(server: ServerProcess, tmp_path: P
         count = len(load.seen)
         wait_until(lambda: len(load.seen) > count + 30, "more answers after the swap")
     assert load.failures == []
+    assert extra.failures == []
+    assert extra.answers > 0
 
 
 class TestRefused:
