@@ -2,6 +2,7 @@
 
     cli, bench         the command line; bench is a client and talks to servers over the wire
     server/            the frontends
+    deploy/            deployments: archives, the state directory, validation, the service
     runtime.py         the in-process facade
     repository/        model handles, loaded models, discovery
     scheduling/        schedulers, instance pools, supervision
@@ -21,9 +22,9 @@ import pytest
 
 PACKAGE = Path(__file__).parents[1] / "runtime" / "fnserve"
 FRONTEND_LIBRARIES = ("starlette", "hypercorn", "uvicorn", "grpclib")
-RANK = {"cli": 0, "bench": 0, "server": 1, "runtime": 2, "repository": 3, "scheduling": 4,
-        "backends": 5}  # fmt: skip
-BOTTOM = 6  # config, protocol, types, errors, tensors, model, stats, limits, user_modules ...
+RANK = {"cli": 0, "bench": 0, "server": 1, "deploy": 2, "runtime": 3, "repository": 4,
+        "scheduling": 5, "backends": 6}  # fmt: skip
+BOTTOM = 7  # config, protocol, types, errors, tensors, model, stats, limits, user_modules ...
 ENTRY_POINTS = {"__main__.py"}  # `python -m fnserve` runs the cli
 # bench is a load generator: it may use the wire vocabulary, never the server's insides.
 BENCH_MAY_NOT_IMPORT = ("fnserve.server", "fnserve.runtime", "fnserve.repository",

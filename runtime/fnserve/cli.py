@@ -17,6 +17,7 @@ import click
 from fnserve import __version__
 from fnserve.config.server import ServerConfig
 from fnserve.config.sizes import parse_size
+from fnserve.deploy.store import DeploymentStore
 from fnserve.errors import FnserveError, StartupError
 from fnserve.limits import DEFAULT_LIMITS
 from fnserve.logs import configure
@@ -49,7 +50,7 @@ def main() -> None:
 
 
 @main.command("serve")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--http-port", default=8000, show_default=True, help="HTTP port (0: pick a free one)."
@@ -305,6 +306,28 @@ def main() -> None:
     help="Triton's: the groups need metadata triton-grpc-protocol-KEY: VALUE (repeatable).",
 )
 @click.option(
+    "--state-dir",
+    default=".fnserve-state",
+    show_default=True,
+    metavar="DIR",
+    help="Where deployments (fnserve deploy) are kept; a restart serves them again.",
+)
+@click.option(
+    "--deploy-max-bytes",
+    default="64MiB",
+    show_default=True,
+    type=ByteSize(),
+    help="Largest deployment archive (413 past it); its files may unpack to 8 times that.",
+)
+@click.option(
+    "--deploy-validate-timeout",
+    "deploy_validate_timeout_s",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a deployment's import may take in the child process that checks it.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -314,11 +337,13 @@ def main() -> None:
     "--log-format", default="text", show_default=True, type=click.Choice(["text", "json"])
 )
 def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
-    """Serve the @model functions found in PATHS (Python files or folders)."""
+    """Serve the @model functions found in PATHS (Python files or folders), and the
+    deployments kept in --state-dir."""
     config = ServerConfig.from_mapping(options)
     configure(config.log_level, config.log_format)
     try:
-        runtime = _runtime(paths, config.strict, config.allow_empty)
+        deployed = tuple(DeploymentStore(config.state_dir).serving_folders())
+        runtime = _runtime(paths, deployed, config.strict, config.allow_empty)
         _check_startup_models(runtime, config)
     except FnserveError as exc:  # one line, no traceback: what failed, where, what to do
         raise click.ClickException(exc.message) from exc
@@ -329,16 +354,19 @@ def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
     _exit_past_stuck_threads()
 
 
-def _runtime(paths: tuple[Path, ...], strict: bool, allow_empty: bool) -> Runtime:
-    """Import the model files and build the runtime, applying --strict and --allow-empty."""
-    source = ModelSource(paths)
+def _runtime(
+    paths: tuple[Path, ...], deployed: tuple[Path, ...], strict: bool, allow_empty: bool
+) -> Runtime:
+    """Import the model files and the deployments, and build the runtime, applying --strict
+    and --allow-empty."""
+    source = ModelSource((*paths, *deployed))
     found = source.scan()
     if found.failures and strict:
         raise StartupError(f"{found.failures[0].reason} (--strict: any bad file is fatal)")
     for failure in found.failures:
         log.error("%s; its models are not served", failure.reason)
     if not found.definitions:
-        message = _nothing_found(paths, found.files, found.ignored)
+        message = _nothing_found(paths or deployed, found.files, found.ignored)
         if not allow_empty:
             raise StartupError(f"{message}; --allow-empty serves anyway")
         log.warning("%s; serving no model (--allow-empty)", message)
@@ -487,3 +515,83 @@ def bench_command(**options: Any) -> None:
         sys.exit(run(BenchOptions.from_cli(**options)))
     except BenchError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+_SERVER = click.option(
+    "--server",
+    default="http://127.0.0.1:8000",
+    show_default=True,
+    envvar="FNSERVE_SERVER",
+    show_envvar=True,
+    help="The server's HTTP URL.",
+)
+_CACERT = click.option("--cacert", default="", metavar="PEM", help="CA of an https server.")
+_CERT = click.option("--cert", default="", metavar="PEM", help="Client certificate (mutual TLS).")
+_KEY = click.option("--key", default="", metavar="PEM", help="The private key of --cert.")
+_TOKEN = click.option(
+    "--token",
+    default="",
+    envvar="FNSERVE_ADMIN_TOKEN",
+    show_envvar=True,
+    help="The server's admin token (sent as 'Authorization: Bearer TOKEN').",
+)
+
+
+@main.command("deploy")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--name", default="", help="Deployment name [default: PATH's name, no suffix].")
+@_SERVER
+@_TOKEN
+@_CACERT
+@_CERT
+@_KEY
+def deploy_command(path: Path, name: str, **target: str) -> None:
+    """Deploy PATH (a Python file, a folder of them, or a Triton model directory) to a
+    running server: it is checked, loaded, warmed up and swapped in; a failure leaves the
+    previous version serving."""
+    from fnserve.deploy import commands
+
+    commands.deploy(path, name or path.stem, commands.Target(**target))
+
+
+@main.command("deployments")
+@_SERVER
+@_TOKEN
+@_CACERT
+@_CERT
+@_KEY
+def deployments_command(**target: str) -> None:
+    """List the server's deployments: versions, when, content hash, which one serves."""
+    from fnserve.deploy import commands
+
+    commands.deployments(commands.Target(**target))
+
+
+@main.command("rollback")
+@click.argument("name")
+@click.option("--to", "version", default=0, type=click.IntRange(min=0), help="Version number "
+              "[default: the one deployed before the current one].")  # fmt: skip
+@_SERVER
+@_TOKEN
+@_CACERT
+@_CERT
+@_KEY
+def rollback_command(name: str, version: int, **target: str) -> None:
+    """Serve an earlier version of deployment NAME again."""
+    from fnserve.deploy import commands
+
+    commands.rollback(name, version, commands.Target(**target))
+
+
+@main.command("undeploy")
+@click.argument("name")
+@_SERVER
+@_TOKEN
+@_CACERT
+@_CERT
+@_KEY
+def undeploy_command(name: str, **target: str) -> None:
+    """Stop serving deployment NAME and delete its versions from the server."""
+    from fnserve.deploy import commands
+
+    commands.undeploy(name, commands.Target(**target))

@@ -335,6 +335,11 @@ class Runtime:
         return await self._reloader.apply(changed)
 
     @property
+    def source(self) -> ModelSource | None:
+        """The files the models come from (None when they were given as definitions)."""
+        return self._source
+
+    @property
     def model_paths(self) -> list[Path]:
         """The files and folders the models are served from (none without a source)."""
         return [] if self._source is None else list(self._source.paths)

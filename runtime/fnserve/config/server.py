@@ -103,6 +103,9 @@ class ServerConfig:
             inference and metadata APIs (api or admin) require ("": none).
         token_file: a file of named tokens, one `NAME ROLE TOKEN` a line (see server/access.py).
         http_restricted_api, grpc_restricted_protocol: Triton's `APIS:KEY=VALUE` restrictions.
+        state_dir: where deployments (`fnserve deploy`) are kept and found after a restart.
+        deploy_max_bytes: largest deployment archive (its files may unpack to 8 times that).
+        deploy_validate_timeout_s: how long a deployment's import, in a child process, may take.
     """
 
     host: str = "127.0.0.1"
@@ -148,6 +151,9 @@ class ServerConfig:
     # Secrets: kept out of repr (and so out of logs and tracebacks).
     http_restricted_api: tuple[str, ...] = field(default=(), repr=False)
     grpc_restricted_protocol: tuple[str, ...] = field(default=(), repr=False)
+    state_dir: str = ".fnserve-state"
+    deploy_max_bytes: int = 64 * 1024 * 1024
+    deploy_validate_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.execution_timeout_s < 0 or self.shutdown_timeout_s < 0:
@@ -217,6 +223,8 @@ class ServerConfig:
 
 _POSITIVE = (
     "max_body_bytes",
+    "deploy_max_bytes",
+    "deploy_validate_timeout_s",
     "grpc_max_message_bytes",
     "max_connections",
     "header_timeout_s",

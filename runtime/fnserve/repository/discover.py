@@ -72,9 +72,10 @@ class ModelPaths:
 
 
 def model_paths(paths: Iterable[str | Path]) -> ModelPaths:
-    """Python files (files starting with `_` skipped in folders) and Triton model directories
-    under `paths`: a path may be a file, a model directory, or a folder holding both kinds
-    (a Triton repository's model directories are its direct children). Files inside model
+    """Python files (files starting with `_`, and hidden files and folders such as `.git`,
+    `.venv` or the deployments' `.fnserve-state`, skipped in folders) and Triton model
+    directories under `paths`: a path may be a file, a model directory, or a folder holding
+    both kinds (a Triton repository's model directories are its direct children). Files inside model
     directories belong to them (a Python backend's `model.py` is not an @model file)."""
     found = ModelPaths()
     for raw in paths:
@@ -84,9 +85,13 @@ def model_paths(paths: Iterable[str | Path]) -> ModelPaths:
         elif is_model_dir(path):
             found.model_dirs.append(path)
         elif path.is_dir():
-            dirs = sorted(d for d in path.iterdir() if is_model_dir(d))
+            dirs = sorted(d for d in path.iterdir() if is_model_dir(d) and not _hidden(d, path))
             found.model_dirs += dirs
-            everything = sorted(p for p in path.rglob("*") if p.is_file() and not _inside(p, dirs))
+            everything = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and not _inside(p, dirs) and not _hidden(p, path)
+            )
             found.files += [
                 p for p in everything if p.suffix == ".py" and not p.name.startswith("_")
             ]
@@ -98,3 +103,7 @@ def model_paths(paths: Iterable[str | Path]) -> ModelPaths:
 
 def _inside(path: Path, dirs: list[Path]) -> bool:
     return any(path.is_relative_to(d) for d in dirs)
+
+
+def _hidden(path: Path, folder: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(folder).parts)

@@ -52,6 +52,14 @@ class ModelSource:
         self._origins: dict[Path, frozenset[str]] = {}  # file or model dir: its model names
         self._lock = threading.Lock()
 
+    def replace_path(self, old: Path | None, new: Path | None) -> None:
+        """Serve `new` in place of `old` from the next scan on (None: add, or remove)."""
+        with self._lock:
+            if old is not None and old in self.paths:
+                self.paths.remove(old)
+            if new is not None and new not in self.paths:
+                self.paths.append(new)
+
     def scan(self) -> Discovery:
         """Every file's definitions, importing new and changed files (blocking: runs user code).
 

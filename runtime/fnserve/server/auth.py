@@ -13,7 +13,8 @@ frontend names the group of a request and calls `AccessPolicy.check`, which rais
   server listens on a non-loopback address without any admin token: the control groups are then
   refused, as nobody could be told apart from anybody.
 
-The control groups (`model-repository`, `trace`, `logging`) need the admin role once an admin
+The control groups (`model-repository`, which holds fnserve's deployment API too, `trace`,
+`logging`) need the admin role once an admin
 token exists; `health` stays open; every other group needs the api role once an api token
 exists (an admin token is accepted wherever an api token is). Secrets are compared with
 `hmac.compare_digest`, against every known token, so timing tells nothing about them.

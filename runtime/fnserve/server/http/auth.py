@@ -25,7 +25,7 @@ _GROUPS: list[tuple[re.Pattern[str], str]] = [
         (r"/v2/models/stats|" + _MODEL + r"/stats", "statistics"),
         (r"/v2|" + _MODEL, "metadata"),
         (_MODEL + r"/config", "model-config"),
-        (r"/v2/repository/.*", "model-repository"),
+        (r"/v2/repository/.*|/v2/deployments(?:/.*)?", "model-repository"),
         (r"/v2/trace/setting|/v2/models/[^/]+/trace/setting", "trace"),
         (r"/v2/logging", "logging"),
         (r"/v2/(?:system|cuda)sharedmemory/.*", "shared-memory"),

@@ -21,11 +21,13 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from fnserve.config.server import ServerConfig
+from fnserve.deploy.service import DeployService, DeploySettings
 from fnserve.errors import InvalidInputError, UnsupportedError
 from fnserve.limits import check_model, quote
 from fnserve.server.http import documents
 from fnserve.server.http.body import ClientDisconnectedError, read_body
 from fnserve.server.http.codec import dumps, parse_json
+from fnserve.server.http.deployments import DeploymentEndpoints, deployment_routes
 from fnserve.server.http.errors import error_body, error_response
 from fnserve.server.http.infer import InferEndpoint
 
@@ -250,9 +252,17 @@ def http_app(runtime: Runtime, config: ServerConfig) -> Starlette:
         Route("/v2/health/ready", _guarded(endpoints.ready)),
         Route("/v2", _guarded(endpoints.server_metadata)),
         *_repository_routes(endpoints),
+        *deployment_routes(DeploymentEndpoints(_deploy_service(runtime, config)), _guarded),
         *_unsupported_routes(),
     ]
     return TritonHttpApp(infer, routes=routes, exception_handlers={HTTPException: _http_exception})
+
+
+def _deploy_service(runtime: Runtime, config: ServerConfig) -> DeployService:
+    settings = DeploySettings(
+        config.state_dir, config.deploy_max_bytes, config.deploy_validate_timeout_s
+    )
+    return DeployService(runtime, settings)
 
 
 class TritonHttpApp(Starlette):

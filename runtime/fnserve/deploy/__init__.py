@@ -1,0 +1,1 @@
+"""Deployments: archives pushed to a running server, validated, stored and served."""
