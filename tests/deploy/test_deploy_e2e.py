@@ -244,48 +244,29 @@ class TestRefused:
         listed = fnserve(server, "deployments")
         assert "keep: version 1 serves" in listed.stdout, listed.stdout + listed.stderr
 
-    def test_syntax_error(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
-        (tmp_path / "keep.py").write_text("def broken(:\n")
+    @pytest.mark.parametrize(
+        ("source", "reasons"),
+        [
+            ("def broken(:\n", ("SyntaxError", "line 1")),
+            ("import no_such_package_here\n", ("no_such_package_here",)),
+            ("import time\ntime.sleep(600)\n", ("took longer than 3 s",)),
+            ("import os\nos.abort()\n", ("crashed",)),
+            ("X = 1\n", ("defines no model",)),
+            (WARMUP_FAILS, ("failed to load (version 1 keeps serving)",
+                            "warmup sample 'zeros' failed")),
+        ],
+        ids=["syntax-error", "missing-package", "hanging-import", "crashing-import", "no-model",
+             "failing-warmup"],
+    )  # fmt: skip
+    def test_a_broken_deployment_is_refused_with_its_reason(
+        self, server: ServerProcess, name: str, tmp_path: Path, source: str,
+        reasons: tuple[str, ...],
+    ) -> None:  # fmt: skip
+        (tmp_path / "keep.py").write_text(source)
         result = deploy(server, tmp_path / "keep.py", name)
         assert result.returncode == 1
-        assert "SyntaxError" in result.stderr
-        assert "line 1" in result.stderr
-        self._untouched(server)
-
-    def test_failing_import(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
-        (tmp_path / "keep.py").write_text("import no_such_package_here\n")
-        result = deploy(server, tmp_path / "keep.py", name)
-        assert result.returncode == 1
-        assert "no_such_package_here" in result.stderr
-        self._untouched(server)
-
-    def test_hanging_import(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
-        (tmp_path / "keep.py").write_text("import time\ntime.sleep(600)\n")
-        result = deploy(server, tmp_path / "keep.py", name)
-        assert result.returncode == 1
-        assert "took longer than 3 s" in result.stderr
-        self._untouched(server)
-
-    def test_crashing_import(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
-        (tmp_path / "keep.py").write_text("import os\nos.abort()\n")
-        result = deploy(server, tmp_path / "keep.py", name)
-        assert result.returncode == 1
-        assert "crashed" in result.stderr
-        self._untouched(server)
-
-    def test_failing_warmup(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
-        (tmp_path / "keep.py").write_text(WARMUP_FAILS)
-        result = deploy(server, tmp_path / "keep.py", name)
-        assert result.returncode == 1
-        assert "failed to load (version 1 keeps serving)" in result.stderr
-        assert "warmup sample 'zeros' failed" in result.stderr
-        self._untouched(server)
-
-    def test_no_model(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
-        (tmp_path / "keep.py").write_text("X = 1\n")
-        result = deploy(server, tmp_path / "keep.py", name)
-        assert result.returncode == 1
-        assert "defines no model" in result.stderr
+        for reason in reasons:
+            assert reason in result.stderr
         self._untouched(server)
 
     def test_model_served_elsewhere(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
