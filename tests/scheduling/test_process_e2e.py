@@ -43,8 +43,11 @@ def _crashy(client: httpx.Client, mode: int) -> httpx.Response:
 
 
 def _gone(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat")
-    return not stat.exists() or stat.read_text().split(")")[1].split()[0] == "Z"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # reaped, possibly while we read
+        return True
+    return stat.split(")")[1].split()[0] == "Z"
 
 
 def _children(pid: int) -> list[int]:
