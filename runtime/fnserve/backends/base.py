@@ -8,13 +8,14 @@ Specs today are `@model` definitions; config.pbtxt + model file specs plug in th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.config.pbtxt import ExecutionAccelerators
+from fnserve.errors import RepositoryError
 from fnserve.model import InstanceContext
 from fnserve.types import Array, ParamValue
 
@@ -101,3 +102,46 @@ class ModelSignature:
     def batchable(self) -> bool:
         """Triton's autocomplete rule: every tensor has rank >= 1 and a variable first dim."""
         return all(len(t.dims) >= 1 and t.dims[0] == -1 for t in (*self.inputs, *self.outputs))
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+NamedT = TypeVar("NamedT", bound=_Named)
+
+
+def pair_declared(
+    where: str,
+    config: ModelConfig,
+    inputs: Sequence[NamedT],
+    outputs: Sequence[NamedT],
+    source: str,
+) -> Iterator[tuple[str, Tensor, NamedT]]:
+    """Each tensor the config declares ("input" or "output", the declaration, the model file's
+    tensor of that name), for a backend to compare; once all are paired, every input the file
+    (`source`: "model file", "engine") needs must be declared.
+
+    Raises:
+        RepositoryError: a declared tensor the file lacks, or a file input the config lacks.
+    """
+    for kind, declared, actual in (
+        ("input", config.inputs, inputs),
+        ("output", config.outputs, outputs),
+    ):
+        by_name = {t.name: t for t in actual}
+        for tensor in declared:
+            found = by_name.get(tensor.name)
+            if found is None:
+                raise RepositoryError(
+                    f"{where}: the config declares {kind} '{tensor.name}', which the {source} "
+                    f"does not have (it has {', '.join(by_name) or 'none'})"
+                )
+            yield kind, tensor, found
+    missing = sorted({t.name for t in inputs} - {t.name for t in config.inputs})
+    if missing:
+        raise RepositoryError(
+            f"{where}: the {source} needs input(s) {', '.join(missing)}, which the config does "
+            f"not declare"
+        )

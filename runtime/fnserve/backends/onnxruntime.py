@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fnserve.backends.base import ModelFileSpec, ModelSignature
+from fnserve.backends.base import ModelFileSpec, ModelSignature, pair_declared
 from fnserve.backends.execution_providers import CPU, TENSORRT, execution_providers
 from fnserve.config.model_config import Tensor
 from fnserve.errors import InvalidInputError, RepositoryError
@@ -243,35 +243,18 @@ def _tensor(path: Path, arg: Any) -> Tensor:
 def _check_config(where: str, spec: ModelFileSpec, signature: ModelSignature) -> None:
     """The config's tensors exist in the file with the same datatypes, and every input the
     file needs is declared: a mismatch fails the load instead of every request."""
-    config = spec.config
-    for kind, declared, actual in (
-        ("input", config.inputs, signature.inputs),
-        ("output", config.outputs, signature.outputs),
-    ):
-        by_name = {t.name: t for t in actual}
-        for tensor in declared:
-            found = by_name.get(tensor.name)
-            if found is None:
-                raise RepositoryError(
-                    f"{where}: the config declares {kind} '{tensor.name}', which the model file "
-                    f"does not have (it has {', '.join(by_name) or 'none'})"
-                )
-            if found.datatype != tensor.datatype:
-                raise RepositoryError(
-                    f"{where}: {kind} '{tensor.name}' is {tensor.datatype} in the config but "
-                    f"{found.datatype} in the model file"
-                )
-            if found.datatype in _UNSERVED:
-                raise RepositoryError(
-                    f"{where}: {kind} '{tensor.name}' is {found.datatype}, which the "
-                    f"onnxruntime backend does not serve"
-                )
-    missing = sorted({t.name for t in signature.inputs} - {t.name for t in config.inputs})
-    if missing:
-        raise RepositoryError(
-            f"{where}: the model file needs input(s) {', '.join(missing)}, which the config "
-            f"does not declare"
-        )
+    pairs = pair_declared(where, spec.config, signature.inputs, signature.outputs, "model file")
+    for kind, tensor, found in pairs:
+        if found.datatype != tensor.datatype:
+            raise RepositoryError(
+                f"{where}: {kind} '{tensor.name}' is {tensor.datatype} in the config but "
+                f"{found.datatype} in the model file"
+            )
+        if found.datatype in _UNSERVED:
+            raise RepositoryError(
+                f"{where}: {kind} '{tensor.name}' is {found.datatype}, which the "
+                f"onnxruntime backend does not serve"
+            )
 
 
 def _encode(array: Array) -> Array:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fnserve.backends.base import ModelSignature
+from fnserve.backends.base import ModelSignature, pair_declared
 from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.errors import InvalidInputError, RepositoryError
 
@@ -97,25 +97,8 @@ def check_config(where: str, config: ModelConfig, io: EngineIO) -> None:
     Raises:
         RepositoryError: naming the tensor (or batch size) and both sides.
     """
-    for kind, declared, actual in (
-        ("input", config.inputs, io.inputs),
-        ("output", config.outputs, io.outputs),
-    ):
-        by_name = {t.name: t for t in actual}
-        for tensor in declared:
-            found = by_name.get(tensor.name)
-            if found is None:
-                raise RepositoryError(
-                    f"{where}: the config declares {kind} '{tensor.name}', which the engine "
-                    f"does not have (it has {', '.join(by_name) or 'none'})"
-                )
-            _check_tensor(where, kind, config, tensor, found)
-    missing = sorted({t.name for t in io.inputs} - {t.name for t in config.inputs})
-    if missing:
-        raise RepositoryError(
-            f"{where}: the engine needs input(s) {', '.join(missing)}, which the config does "
-            f"not declare"
-        )
+    for kind, tensor, found in pair_declared(where, config, io.inputs, io.outputs, "engine"):
+        _check_tensor(where, kind, config, tensor, found)
     _check_batch(where, config.max_batch_size, io.max_batch_size())
 
 
