@@ -359,8 +359,13 @@ class Runtime:
 
     # -- inference -----------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, *, background: bool = False) -> InferResponse:
         """Run one request through the model's scheduler.
+
+        Args:
+            request: the request.
+            background: run it in the background lane, below every online request (durable
+                jobs use it).
 
         Raises:
             ModelNotFoundError, ModelNotReadyError, InvalidInputError, UnavailableError,
@@ -377,7 +382,7 @@ class Runtime:
         stats = loaded.stats
         self._inflight += 1
         try:
-            entry = prepare(loaded.config, request)
+            entry = prepare(loaded.config, request, background)
             loaded.scheduler.submit_nowait(entry)
             stats.pending += 1
             try:
