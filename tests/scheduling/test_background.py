@@ -79,7 +79,8 @@ async def test_background_requests_ignore_the_queue_size_limit() -> None:
         online = asyncio.create_task(runtime.infer(request(rows(10))))  # its level has room
         await asyncio.sleep(0.01)
         loaded = runtime.registry.resolve("m", "", True).loaded
-        assert loaded is not None and isinstance(loaded.scheduler, QueueScheduler)
+        assert loaded is not None
+        assert isinstance(loaded.scheduler, QueueScheduler)
         statistics = loaded.scheduler.queue.statistics()
         recorder.gate.set()
         await asyncio.gather(blocker, *jobs, online)
