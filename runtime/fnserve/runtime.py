@@ -359,6 +359,16 @@ class Runtime:
 
     # -- inference -----------------------------------------------------------------------
 
+    def validate(self, request: InferRequest) -> None:
+        """The checks `infer` makes before queueing (model, version, inputs, outputs,
+        parameters), without running anything: durable jobs are checked when submitted.
+
+        Raises:
+            ModelNotFoundError, ModelNotReadyError, InvalidInputError, UnsupportedError.
+        """
+        handle = self.registry.resolve(request.model_name, request.model_version, True)
+        prepare(handle.config, request).future.cancel()
+
     async def infer(self, request: InferRequest, *, background: bool = False) -> InferResponse:
         """Run one request through the model's scheduler.
 
