@@ -229,9 +229,8 @@ class TestList:
                 break
         assert set(ids) <= set(seen)
         assert len(seen) == len(set(seen))
-        assert all(
-            j["model"] == "echo_bytes" for j in client.get("/v2/jobs?model=echo_bytes").json()["jobs"]
-        )
+        filtered = client.get("/v2/jobs?model=echo_bytes").json()["jobs"]
+        assert {j["model"] for j in filtered} == {"echo_bytes"}
         succeeded = client.get("/v2/jobs", params={"state": "succeeded", "limit": 1000}).json()
         assert {j["state"] for j in succeeded["jobs"]} == {"succeeded"}
 
