@@ -193,3 +193,18 @@ def test_no_jobs_answers_501_and_opens_no_store(tmp_path: Path) -> None:
     assert listing.status_code == 501
     assert "fnserve_jobs" not in metrics
     assert not (tmp_path / "jobs.db").exists()
+
+
+def test_jobs_on_postgresql_submit_wait_result(tmp_path: Path, postgres_url: str) -> None:
+    with (
+        job_server(tmp_path, jobs_db=postgres_url) as server,
+        _client(server.http_url) as client,
+    ):
+        headers = {"Idempotency-Key": f"pg-{tmp_path.name}"}
+        job = client.post("/v2/models/double/jobs", json=_double(21), headers=headers)
+        again = client.post("/v2/models/double/jobs", json=_double(21), headers=headers)
+        assert (job.status_code, again.status_code) == (202, 200)
+        assert wait_for(client, job.json()["id"])["state"] == "succeeded"
+        result = client.get(f"/v2/jobs/{job.json()['id']}/result").json()
+    assert result["outputs"][0]["data"] == [42.0]
+    assert not (tmp_path / "jobs.db").exists()  # the store is the database, not a file
