@@ -208,3 +208,22 @@ def test_jobs_on_postgresql_submit_wait_result(tmp_path: Path, postgres_url: str
         result = client.get(f"/v2/jobs/{job.json()['id']}/result").json()
     assert result["outputs"][0]["data"] == [42.0]
     assert not (tmp_path / "jobs.db").exists()  # the store is the database, not a file
+
+
+def test_fnserve_serve_jobs_flags(tmp_path: Path) -> None:
+    from tests.jobs.jobserver import JOB_MODELS
+    from tests.serverproc import ServerProcess
+
+    flags = ["--state-dir", tmp_path / "state", "--jobs-max-attempts", "2",
+             "--jobs-lease", "5", "--jobs-max-result-bytes", "1KiB"]  # fmt: skip
+    with (
+        ServerProcess.start(JOB_MODELS, *flags) as server,
+        httpx.Client(base_url=server.http, timeout=30) as client,
+    ):
+        broken = client.post("/v2/models/broken/jobs", json=infer_body("INPUT0", "FP32", [1]))
+        big = client.post("/v2/models/big/jobs", json=infer_body("COUNT", "INT32", [1000]))
+        failed = wait_for(client, broken.json()["id"])
+        too_big = wait_for(client, big.json()["id"])
+    assert (failed["state"], failed["attempts"], failed["max_attempts"]) == ("failed", 2, 2)
+    assert "over the limit of 1024 bytes" in too_big["error"]
+    assert (tmp_path / "state" / "jobs.db").exists()
