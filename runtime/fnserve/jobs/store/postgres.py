@@ -185,7 +185,8 @@ class PostgresJobStore:
             # time (milliseconds in its first 12 hex digits).
             " AND ($3::text IS NULL OR (created_at, id) < (COALESCE("
             "   (SELECT created_at FROM fnserve_jobs WHERE id = $3),"
-            "   ('x' || lpad(left($3, 12), 16, '0'))::bit(64)::bigint / 1000.0), $3))"
+            "   CASE WHEN $3 ~ '^[0-9a-f]{12}'"
+            "   THEN ('x' || lpad(left($3, 12), 16, '0'))::bit(64)::bigint / 1000.0 END), $3))"
             " ORDER BY created_at DESC, id DESC LIMIT $4",
             model, None if state is None else state.value, after, max(0, limit),
         )  # fmt: skip
