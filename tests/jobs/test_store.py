@@ -262,7 +262,8 @@ class TestOutcomes:
         claim = await claim_one(store, T0)
         await store.release("w1", [(job.id, claim.attempt + 1)])  # not that attempt: kept
         still = await store.get(job.id)
-        assert still is not None and still.state is JobState.RUNNING
+        assert still is not None
+        assert still.state is JobState.RUNNING
         await store.release("w1", [(job.id, claim.attempt)])
         released = await store.get(job.id)
         assert released is not None
@@ -284,7 +285,8 @@ class TestCancel:
         job, _ = await store.submit(new(), T0)
         claim = await claim_one(store, T0)
         cancelled = await store.cancel(job.id, T0 + 1)
-        assert cancelled is not None and cancelled.state is JobState.CANCELLED
+        assert cancelled is not None
+        assert cancelled.state is JobState.CANCELLED
         assert await store.renew("w1", [(job.id, claim.attempt)], 10, T0 + 2) == set()
         assert not await store.succeed(job.id, "w1", claim.attempt, b"late", T0 + 2)
         assert not await store.fail(job.id, "w1", claim.attempt, "late", True, T0 + 2)
