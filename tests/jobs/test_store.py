@@ -128,8 +128,8 @@ class TestClaim:
         assert await store.claim("w2", 10, 30, T0 + 3) == []
 
     async def test_claim_respects_limit_and_models(self, store: JobStore) -> None:
-        for model in ("a", "b", "a", "c"):
-            await store.submit(new(model), T0)
+        for i, model in enumerate(("a", "b", "a", "c")):
+            await store.submit(new(model), T0 + i)
         assert await store.claim("w", 10, 30, T0, models=[]) == []
         claims = await store.claim("w", 1, 30, T0, models=["a", "c"])
         assert [c.job.model for c in claims] == ["a"]
@@ -338,9 +338,9 @@ class TestListing:
         assert [j.id for j in await store.list(limit=3, after=page[-1].id)] == ids[2::-1]
 
     async def test_backlog_counts_queued_jobs_of_a_model(self, store: JobStore) -> None:
-        for model in "aaab":
-            await store.submit(new(model), T0)
-        await claim_one(store, T0)
+        for i, model in enumerate("aaab"):
+            await store.submit(new(model), T0 + i)
+        await claim_one(store, T0 + 10)
         assert await store.backlog("a") == 2
         assert await store.backlog("b") == 1
         assert await store.backlog("none") == 0
