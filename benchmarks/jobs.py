@@ -88,7 +88,9 @@ async def server_figures(target: str, count: int, state_dir: Path) -> None:
         start = time.perf_counter()
         latencies = await _submit_over_http(server.http, count)
         submitted = time.perf_counter()
-        while await _succeeded(store) < count:
+        while True:
+            if await _succeeded(store) >= count:
+                break
             await asyncio.sleep(0.05)
         finished = time.perf_counter()
     finally:
