@@ -227,3 +227,20 @@ def test_fnserve_serve_jobs_flags(tmp_path: Path) -> None:
     assert (failed["state"], failed["attempts"], failed["max_attempts"]) == ("failed", 2, 2)
     assert "over the limit of 1024 bytes" in too_big["error"]
     assert (tmp_path / "state" / "jobs.db").exists()
+
+
+def test_a_job_store_that_cannot_open_stops_the_start(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.jobs.jobserver import JOB_MODELS
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    command = [sys.executable, "-m", "fnserve", "serve", str(JOB_MODELS), "--http-port", "0",
+               "--grpc-port", "0", "--metrics-port", "0",
+               "--jobs-db", str(blocker / "jobs.db")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "cannot open the job store" in result.stderr
+    assert "Traceback" not in result.stderr
