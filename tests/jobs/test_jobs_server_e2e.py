@@ -244,3 +244,21 @@ def test_a_job_store_that_cannot_open_stops_the_start(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "cannot open the job store" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_shutdown_answers_long_polls_at_once(tmp_path: Path) -> None:
+    answers: list[httpx.Response] = []
+    with job_server(tmp_path) as server, _client(server.http_url) as client:
+        job = client.post("/v2/models/slow/jobs", json=infer_body("SECONDS", "FP32", [3]))
+        url = f"http://{server.http_url}/v2/jobs/{job.json()['id']}"
+        poll = threading.Thread(
+            target=lambda: answers.append(httpx.get(url, params={"wait": 30}, timeout=30))
+        )
+        poll.start()
+        time.sleep(0.5)
+        stopping = time.monotonic()
+    poll.join(10)
+    (answer,) = answers
+    assert time.monotonic() - stopping < 5
+    assert answer.status_code == 200
+    assert answer.json()["state"] in ("queued", "running")
