@@ -175,7 +175,7 @@ def test_fnserve_serve_jobs_flags(tmp_path: Path) -> None:
     from tests.jobs.jobserver import JOB_MODELS
     from tests.serverproc import ServerProcess
 
-    flags = ["--state-dir", tmp_path / "state", "--jobs-max-attempts", "2",
+    flags: list[str | Path] = ["--state-dir", tmp_path / "state", "--jobs-max-attempts", "2",
              "--jobs-lease", "5", "--jobs-max-result-bytes", "1KiB"]  # fmt: skip
     with (
         ServerProcess.start(JOB_MODELS, *flags) as server,
