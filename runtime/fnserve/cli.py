@@ -310,7 +310,8 @@ def main() -> None:
     default=".fnserve-state",
     show_default=True,
     metavar="DIR",
-    help="Where deployments (fnserve deploy) are kept; a restart serves them again.",
+    help="Where deployments (fnserve deploy) and the default job store (jobs.db) are kept; a "
+    "restart serves them again.",
 )
 @click.option(
     "--deploy-max-bytes",
@@ -346,7 +347,8 @@ def main() -> None:
     default=0,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Jobs of one model this server runs at once (0: the model's max batch size).",
+    help="Jobs of one model this server runs at once (0: the model's max batch size); one "
+    "at a time while online requests are recent, so a backlog barely moves online latency.",
 )
 @click.option(
     "--jobs-lease",

@@ -104,13 +104,15 @@ class ServerConfig:
             inference and metadata APIs (api or admin) require ("": none).
         token_file: a file of named tokens, one `NAME ROLE TOKEN` a line (see server/access.py).
         http_restricted_api, grpc_restricted_protocol: Triton's `APIS:KEY=VALUE` restrictions.
-        state_dir: where deployments (`fnserve deploy`) are kept and found after a restart.
+        state_dir: where deployments (`fnserve deploy`) and the default job store are kept and
+            found after a restart.
         deploy_max_bytes: largest deployment archive (its files may unpack to 8 times that).
         deploy_validate_timeout_s: how long a deployment's import, in a child process, may take.
         jobs: serve durable jobs (`/v2/jobs`); False: no job endpoints, no job store.
         jobs_db: the job store: a SQLite file path, or a `postgresql://` URL ("": `jobs.db`
             in `state_dir`).
-        jobs_workers: jobs of one model this server runs at once (0: its max batch size).
+        jobs_workers: jobs of one model this server runs at once (0: its max batch size); one
+            while online requests are recent.
         jobs_lease_s: how long a claimed job stays this server's without a renewal.
         jobs_max_attempts: attempts before a job fails with its last error.
         jobs_max_backlog: queued jobs one model may hold; past it submit answers 429.

@@ -11,7 +11,8 @@ class JobSettings:
 
     Args:
         workers: jobs of one model this server runs at once (0: the model's max batch size,
-            so jobs fill at most about one batch at a time beside online traffic).
+            so jobs fill at most about one batch at a time); one while online requests are
+            recent (see `worker.py`).
         lease_s: how long a claimed job stays this server's without a renewal; renewed every
             third of it. A server that dies loses its jobs to others after this long.
         max_attempts: attempts before a job fails with its last error.
