@@ -347,8 +347,15 @@ def main() -> None:
     default=0,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Jobs of one model this server runs at once (0: the model's max batch size); one "
-    "at a time while online requests are recent, so a backlog barely moves online latency.",
+    help="Jobs of one model this server runs at once (0: the model's max batch size).",
+)
+@click.option(
+    "--jobs-online-workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Jobs of one model in flight while online requests are recent: few, so a backlog "
+    "barely moves online latency (raise it for models that cost the GPU, not the CPU).",
 )
 @click.option(
     "--jobs-lease",

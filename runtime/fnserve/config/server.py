@@ -111,8 +111,8 @@ class ServerConfig:
         jobs: serve durable jobs (`/v2/jobs`); False: no job endpoints, no job store.
         jobs_db: the job store: a SQLite file path, or a `postgresql://` URL ("": `jobs.db`
             in `state_dir`).
-        jobs_workers: jobs of one model this server runs at once (0: its max batch size); one
-            while online requests are recent.
+        jobs_workers: jobs of one model this server runs at once (0: its max batch size).
+        jobs_online_workers: the same while online requests are recent (they come first).
         jobs_lease_s: how long a claimed job stays this server's without a renewal.
         jobs_max_attempts: attempts before a job fails with its last error.
         jobs_max_backlog: queued jobs one model may hold; past it submit answers 429.
@@ -170,6 +170,7 @@ class ServerConfig:
     jobs: bool = True
     jobs_db: str = field(default="", repr=False)  # a PostgreSQL URL may carry a password
     jobs_workers: int = 0
+    jobs_online_workers: int = 1
     jobs_lease_s: float = 30.0
     jobs_max_attempts: int = 3
     jobs_max_backlog: int = 100_000
@@ -262,6 +263,7 @@ _POSITIVE = (
     "h2_window_bytes",
     "stream_max_inflight",
     "repository_poll_secs",
+    "jobs_online_workers",
     "jobs_lease_s",
     "jobs_max_attempts",
     "jobs_max_backlog",
