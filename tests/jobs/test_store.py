@@ -366,6 +366,32 @@ class TestListing:
         assert counts["b"].by_state[JobState.CANCELLED] == 1
         assert counts["b"].oldest_queued_at is None
 
+    async def test_counts_follow_every_kind_of_change(self, open_another: Opener) -> None:
+        store, other = await open_another(), await open_another()
+        ids = [(await store.submit(new(model), T0 + i))[0].id for i, model in enumerate("aabbab")]
+        await store.submit(new("a", key="k"), T0 + 10)
+        await other.submit(new("a", key="k"), T0 + 11)  # the same job: counted once
+        claims = await other.claim("w1", 5, 10, T0 + 20)  # ids[0:5]
+        await store.succeed(ids[0], "w1", claims[0].attempt, b"r", T0 + 21)
+        await store.fail(ids[1], "w1", claims[1].attempt, "again", True, T0 + 21)
+        await store.fail(ids[2], "w1", claims[2].attempt, "no", False, T0 + 21)
+        await store.release("w1", [(ids[3], claims[3].attempt)])
+        await other.cancel(ids[5], T0 + 22)
+        await store.claim("w2", 10, 10, T0 + 100, models=["b"])  # ids[4]'s lease expired
+        await store.expire(T0 + 21.5)  # ids[0], ids[2]
+        expected: dict[tuple[str, JobState], int] = {}
+        for job in await store.list(limit=1000):
+            expected[job.model, job.state] = expected.get((job.model, job.state), 0) + 1
+        counted = {
+            (c.model, state): n
+            for c in await other.counts()
+            for state, n in c.by_state.items()
+            if n
+        }
+        assert counted == expected
+        assert await store.backlog("a") == expected.get(("a", JobState.QUEUED), 0) == 2
+        assert await other.backlog("b") == expected.get(("b", JobState.QUEUED), 0)
+
     async def test_expire_deletes_finished_jobs_and_results(self, store: JobStore) -> None:
         old, _ = await store.submit(new(), T0)
         claim = await claim_one(store, T0)

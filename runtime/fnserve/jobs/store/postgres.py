@@ -61,16 +61,13 @@ WHERE id IN (SELECT id FROM fnserve_jobs
 """
 
 # Two index scans, oldest first each (queued jobs; running ones whose lease expired), rather
-# than one OR that sorts the whole queue. Rows locked beyond `limit` are let go at commit.
-_CLAIM = f"""
-WITH queued AS (
+# than one OR that sorts the whole queue; with `models`, one ordered scan per model (a scan of
+# `model = ANY(...)` would sort every queued job of them). Rows locked beyond `limit` are let
+# go at commit.
+_CLAIM = """
+WITH queued AS ({queued}), expired AS (
     SELECT id, created_at FROM fnserve_jobs
-    WHERE state = 'queued' AND ($5::text[] IS NULL OR model = ANY($5))
-    ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
-), expired AS (
-    SELECT id, created_at FROM fnserve_jobs
-    WHERE state = 'running' AND lease_until <= $3 AND attempts < max_attempts
-      AND ($5::text[] IS NULL OR model = ANY($5))
+    WHERE state = 'running' AND lease_until <= $3 AND attempts < max_attempts{of_models}
     ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT id FROM (SELECT * FROM queued UNION ALL SELECT * FROM expired) c
@@ -81,8 +78,21 @@ UPDATE fnserve_jobs j SET state = 'running', attempts = j.attempts + 1, worker =
                           started_at = $3
 FROM picked, fnserve_job_requests r
 WHERE j.id = picked.id AND r.job_id = j.id
-RETURNING {_COLUMNS}, r.request
+RETURNING {columns}, r.request
 """
+_CLAIM_ANY = _CLAIM.format(
+    queued="SELECT id, created_at FROM fnserve_jobs WHERE state = 'queued'"
+    " ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED",
+    of_models="",
+    columns=_COLUMNS,
+)
+_CLAIM_OF_MODELS = _CLAIM.format(
+    queued="SELECT q.id, q.created_at FROM unnest($5::text[]) m (name), LATERAL ("
+    " SELECT id, created_at FROM fnserve_jobs WHERE state = 'queued' AND model = m.name"
+    " ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) q",
+    of_models=" AND model = ANY($5::text[])",
+    columns=_COLUMNS,
+)
 
 _SUCCEED = """
 WITH done AS (
@@ -221,7 +231,10 @@ class PostgresJobStore:
             return []
         async with self._db.acquire() as db, db.transaction():
             await db.execute(_FAIL_EXPIRED, now, LEASE_EXPIRED)
-            rows = await db.fetch(_CLAIM, worker, lease_s, now, limit, names)
+            if names is None:
+                rows = await db.fetch(_CLAIM_ANY, worker, lease_s, now, limit)
+            else:
+                rows = await db.fetch(_CLAIM_OF_MODELS, worker, lease_s, now, limit, names)
         claims = [
             Claim(job_from_row(tuple(row)[:-1]), bytes(row[-1]), row["attempts"]) for row in rows
         ]

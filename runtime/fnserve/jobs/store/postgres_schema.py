@@ -47,7 +47,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             job_id text PRIMARY KEY REFERENCES fnserve_jobs (id) ON DELETE CASCADE,
             result bytea NOT NULL
         )""",
-        # claim, oldest first; backlog and claim of some models
+        # claim, oldest first; claim of some models, backlog, oldest queued
         "CREATE INDEX fnserve_jobs_queued ON fnserve_jobs (created_at, id) WHERE state = 'queued'",
         "CREATE INDEX fnserve_jobs_queued_by_model ON fnserve_jobs (model, created_at, id)"
         " WHERE state = 'queued'",
@@ -56,7 +56,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # list: all, of a model, in a state; counts
         "CREATE INDEX fnserve_jobs_by_time ON fnserve_jobs (created_at, id)",
         "CREATE INDEX fnserve_jobs_by_model ON fnserve_jobs (model, created_at, id)",
-        "CREATE INDEX fnserve_jobs_by_state ON fnserve_jobs (state, model, created_at, id)",
+        "CREATE INDEX fnserve_jobs_by_state ON fnserve_jobs (state, created_at, id)",
         # expiry of finished jobs
         "CREATE INDEX fnserve_jobs_finished ON fnserve_jobs (finished_at)"
         " WHERE finished_at IS NOT NULL",

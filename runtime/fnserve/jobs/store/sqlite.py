@@ -222,9 +222,10 @@ class SQLiteJobStore:
     async def backlog(self, model: str) -> int:
         def count(db: sqlite3.Connection) -> int:
             row = db.execute(
-                "SELECT COUNT(*) FROM fnserve_jobs WHERE model = ? AND state = ?", (model, _QUEUED)
+                "SELECT jobs FROM fnserve_job_counts WHERE model = ? AND state = ?",
+                (model, _QUEUED),
             ).fetchone()
-            return int(row[0])
+            return 0 if row is None else int(row[0])
 
         return await self._call(count)
 
@@ -372,9 +373,12 @@ def _claim(
     return claims
 
 
-def _counts(db: sqlite3.Connection) -> list[ModelJobCounts]:
+def _counts(db: sqlite3.Connection) -> builtins.list[ModelJobCounts]:
     rows = db.execute(
-        "SELECT model, state, COUNT(*), MIN(created_at) FROM fnserve_jobs"
-        " GROUP BY model, state ORDER BY model"
+        "SELECT c.model, c.state, c.jobs, CASE c.state WHEN ? THEN"
+        " (SELECT MIN(created_at) FROM fnserve_jobs j WHERE j.model = c.model AND j.state = ?)"
+        " END FROM fnserve_job_counts c"
+        " WHERE c.model IN (SELECT model FROM fnserve_job_counts WHERE jobs > 0)",
+        (_QUEUED, _QUEUED),
     ).fetchall()
     return counts_from_rows(rows)
