@@ -153,6 +153,8 @@ class TestClaim:
         )  # fmt: skip
         assert len(claimed) == len(set(claimed)) == 300
         assert set(claimed) == submitted
+        (counts,) = await stores[1].counts()
+        assert (counts.by_state[JobState.RUNNING], counts.by_state[JobState.QUEUED]) == (300, 0)
 
     async def test_expired_lease_is_claimed_again_with_the_next_attempt(
         self, store: JobStore
@@ -426,6 +428,9 @@ class TestSchema:
         try:
             assert await reopened.get(job.id) == job
             assert (await reopened.submit(new(key="k"), T0))[0] == job
+            assert await reopened.backlog("m") == 1
+            (counts,) = await reopened.counts()
+            assert counts.by_state[JobState.QUEUED] == 1
         finally:
             await reopened.close()
 

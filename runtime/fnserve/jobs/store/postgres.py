@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test enviro
         "pip install 'fnserve[postgres]' (or: pip install asyncpg)"
     ) from exc
 
-from fnserve.jobs.store.postgres_schema import migrate
+from fnserve.jobs.store.postgres_schema import fold_counts, migrate
 
 _COLUMNS = (
     "j.id, j.model, j.version, j.state, j.attempts, j.max_attempts, j.created_at, j.started_at,"
@@ -133,6 +133,7 @@ class PostgresJobStore:
         try:
             async with pool.acquire() as db:
                 await migrate(db)
+                await fold_counts(db)
         except BaseException:
             await pool.close()
             raise
@@ -273,23 +274,36 @@ class PostgresJobStore:
 
     async def backlog(self, model: str) -> int:
         count = await self._db.fetchval(
-            "SELECT count(*) FROM fnserve_jobs WHERE model = $1 AND state = 'queued'", model
+            "SELECT coalesce(sum(jobs), 0) FROM fnserve_job_counts"
+            " WHERE model = $1 AND state = 'queued'",
+            model,
         )
         return int(count)
 
     async def counts(self) -> builtins.list[ModelJobCounts]:
         rows = await self._db.fetch(
-            "SELECT model, state, count(*), min(created_at) FROM fnserve_jobs GROUP BY model, state"
+            """
+            WITH c AS (
+                SELECT model, state, sum(jobs) AS jobs FROM fnserve_job_counts
+                GROUP BY model, state
+            )
+            SELECT model, state, jobs, CASE WHEN state = 'queued' THEN
+                (SELECT min(created_at) FROM fnserve_jobs j
+                 WHERE j.state = 'queued' AND j.model = c.model) END
+            FROM c WHERE model IN (SELECT model FROM c WHERE jobs > 0)
+            """
         )
         return counts_from_rows(tuple(row) for row in rows)
 
     async def expire(self, finished_before: float) -> int:
         # The requests and results go with their jobs (ON DELETE CASCADE).
-        status = await self._db.execute(
-            "DELETE FROM fnserve_jobs WHERE finished_at < $1"
-            " AND state IN ('succeeded', 'failed', 'cancelled')",
-            finished_before,
-        )
+        async with self._db.acquire() as db:
+            status = await db.execute(
+                "DELETE FROM fnserve_jobs WHERE finished_at < $1"
+                " AND state IN ('succeeded', 'failed', 'cancelled')",
+                finished_before,
+            )
+            await fold_counts(db)  # now and then, as expiry runs
         return int(status.split()[-1])  # "DELETE 42"
 
 
