@@ -128,21 +128,22 @@ async def _succeeded(store: JobStore) -> int:
 async def run(name: str, target: str, count: int, folder: Path) -> None:
     print(f"{name}:")
     await store_figures(target, count)
-    server_target = target if name == "postgres" else str(folder / "server-jobs.db")
     if name == "postgres":  # a clean database for the server run
-        await _recreate(target)
+        server_target = await _new_database(target, "server")
+    else:
+        server_target = str(folder / "server-jobs.db")
     await server_figures(server_target, count - count % 8, folder / "state")
 
 
-async def _recreate(url: str) -> None:
+async def _new_database(url: str, name: str) -> str:
     import asyncpg
 
     db = await asyncpg.connect(url)
     try:
-        await db.execute("DROP TABLE fnserve_job_results, fnserve_job_requests, fnserve_jobs,"
-                         " fnserve_jobs_schema")  # fmt: skip
+        await db.execute(f"CREATE DATABASE {name}")
     finally:
         await db.close()
+    return url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def main() -> None:
