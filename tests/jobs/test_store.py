@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -439,10 +440,41 @@ class TestSchema:
         job, _ = await stores[0].submit(new(), T0)
         assert all([await s.get(job.id) == job for s in stores])
 
+    async def test_a_newer_schema_is_refused(self, target: str) -> None:
+        store = open_store(target)
+        await store.open()
+        await store.close()
+        await _sql(target, "UPDATE fnserve_jobs_schema SET version = 99")
+        newer = open_store(target)
+        with pytest.raises(RuntimeError, match="schema version 99, newer than this fnserve"):
+            await newer.open()
+        await newer.close()
+
     async def test_a_closed_store_says_so(self, target: str) -> None:
         store = open_store(target)
         with pytest.raises(RuntimeError, match="not open"):
             await store.get("x")
+
+
+async def test_postgres_folds_the_counts_of_ended_sessions(postgres_database: str) -> None:
+    target = postgres_database
+    first = open_store(target)
+    await first.open()
+    for i in range(5):
+        await first.submit(new(), T0 + i)
+    await first.close()
+    second = open_store(target)
+    await second.open()
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        while await _sql(target, "SELECT count(*) FROM fnserve_job_counts WHERE backend <> 0"):
+            assert asyncio.get_running_loop().time() < deadline, "counts were not folded"
+            await second.expire(T0)  # folds the ended sessions' rows
+        assert await second.backlog("m") == 5
+        await second.submit(new(), T0 + 9)
+        assert await second.backlog("m") == 6
+    finally:
+        await second.close()
 
 
 def test_open_store_picks_the_store_by_target(tmp_path: Path) -> None:
@@ -453,3 +485,25 @@ def test_open_store_picks_the_store_by_target(tmp_path: Path) -> None:
     assert isinstance(open_store("postgres://u@h/db"), PostgresJobStore)
     assert isinstance(open_store(tmp_path / "x.db"), SQLiteJobStore)
     assert isinstance(open_store(str(tmp_path / "postgres.db")), SQLiteJobStore)
+
+
+async def _sql(target: str, statement: str) -> object:
+    """The first value `statement` returns, run on the test's database directly."""
+    if target.startswith("postgresql://"):
+        import asyncpg
+
+        db = await asyncpg.connect(target)
+        try:
+            return await db.fetchval(statement)
+        finally:
+            await db.close()
+
+    def run() -> object:
+        db = sqlite3.connect(target, isolation_level=None)
+        try:
+            row = db.execute(statement).fetchone()
+            return None if row is None else row[0]
+        finally:
+            db.close()
+
+    return await asyncio.to_thread(run)
