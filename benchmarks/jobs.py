@@ -10,7 +10,7 @@ Two measurements per store:
   over HTTP (8 keep-alive connections), and jobs/s from the first submit to the last job
   succeeded (the `identity` model, max batch 64: the cost is the jobs machinery, not a model).
 PostgreSQL is a throwaway local server (tests/jobs/postgres.py) with fsync on; SQLite is a
-file in a temporary folder (WAL, synchronous=NORMAL).
+file in a temporary folder (WAL, synchronous=FULL).
 """
 
 from __future__ import annotations
