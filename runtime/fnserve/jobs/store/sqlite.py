@@ -315,12 +315,17 @@ def _claim(
         f" WHERE state = ? AND lease_until <= ? AND attempts >= max_attempts{of_models}",
         [JobState.FAILED.value, now, LEASE_EXPIRED, _RUNNING, now, *model_args],
     )
-    # Two index scans, oldest first each, rather than one OR that sorts the whole queue.
-    candidates = db.execute(
-        f"SELECT created_at, id FROM fnserve_jobs WHERE state = ?{of_models}"
-        " ORDER BY created_at, id LIMIT ?",
-        [_QUEUED, *model_args, max(0, limit)],
-    ).fetchall()
+    # Ordered index scans, each stopping at `limit` (queued jobs, of each model when given;
+    # running ones whose lease expired), rather than one query that sorts the whole queue.
+    queued = "SELECT created_at, id FROM fnserve_jobs WHERE state = ?"
+    candidates = []
+    for model in [None] if models is None else models:
+        candidates += db.execute(
+            queued
+            + ("" if model is None else " AND model = ?")
+            + " ORDER BY created_at, id LIMIT ?",
+            [_QUEUED, *([] if model is None else [model]), max(0, limit)],
+        ).fetchall()
     candidates += db.execute(
         f"SELECT created_at, id FROM fnserve_jobs WHERE state = ? AND lease_until <= ?"
         f"{of_models} ORDER BY created_at, id LIMIT ?",
