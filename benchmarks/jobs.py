@@ -10,20 +10,22 @@ Two measurements per store:
   over HTTP (8 keep-alive connections), and jobs/s from the first submit to the last job
   succeeded (the `identity` model, max batch 64: the cost is the jobs machinery, not a model).
 PostgreSQL is a throwaway local server (tests/jobs/postgres.py) with fsync on; SQLite is a
-file in a temporary folder (WAL, synchronous=NORMAL).
+file in a temporary folder (WAL, synchronous=FULL).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
+import json
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import httpx
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -103,19 +105,31 @@ async def server_figures(target: str, count: int, state_dir: Path) -> None:
 
 
 async def _submit_over_http(base: str, count: int) -> list[float]:
+    """Submit from 8 threads, one keep-alive connection each (a light client, so the figures
+    are the server's); every submit's latency."""
+    body = json.dumps(BODY).encode()
+    parts = urlsplit(base)
     latencies: list[float] = []
 
-    async def connection(client: httpx.AsyncClient, n: int) -> None:
+    def connection(n: int) -> None:
+        conn = http.client.HTTPConnection(str(parts.hostname), parts.port, timeout=60)
+        mine = []
         for _ in range(n):
             start = time.perf_counter()
-            response = await client.post("/v2/models/identity/jobs", json=BODY)
-            latencies.append(time.perf_counter() - start)
-            if response.status_code != 202:
-                raise SystemExit(f"submit answered {response.status_code}: {response.text}")
+            conn.request("POST", "/v2/models/identity/jobs", body,
+                         {"content-type": "application/json"})  # fmt: skip
+            response = conn.getresponse()
+            text = response.read()
+            mine.append(time.perf_counter() - start)
+            if response.status != 202:
+                raise SystemExit(f"submit answered {response.status}: {text[:200]!r}")
+        conn.close()
+        latencies.extend(mine)
 
-    limits = httpx.Limits(max_connections=8)
-    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
-        await asyncio.gather(*(connection(client, count // 8) for _ in range(8)))
+    with ThreadPoolExecutor(8) as threads:
+        await asyncio.gather(
+            *(asyncio.wrap_future(threads.submit(connection, count // 8)) for _ in range(8))
+        )
     return latencies
 
 
@@ -128,21 +142,22 @@ async def _succeeded(store: JobStore) -> int:
 async def run(name: str, target: str, count: int, folder: Path) -> None:
     print(f"{name}:")
     await store_figures(target, count)
-    server_target = target if name == "postgres" else str(folder / "server-jobs.db")
     if name == "postgres":  # a clean database for the server run
-        await _recreate(target)
+        server_target = await _new_database(target, "server")
+    else:
+        server_target = str(folder / "server-jobs.db")
     await server_figures(server_target, count - count % 8, folder / "state")
 
 
-async def _recreate(url: str) -> None:
+async def _new_database(url: str, name: str) -> str:
     import asyncpg
 
     db = await asyncpg.connect(url)
     try:
-        await db.execute("DROP TABLE fnserve_job_results, fnserve_job_requests, fnserve_jobs,"
-                         " fnserve_jobs_schema")  # fmt: skip
+        await db.execute(f"CREATE DATABASE {name}")
     finally:
         await db.close()
+    return url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def main() -> None:

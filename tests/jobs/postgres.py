@@ -16,6 +16,7 @@ binaries when it cannot reach the originals (a venv under `/root`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pwd
@@ -33,6 +34,11 @@ from typing import Any
 
 _UNPRIVILEGED_USER = "nobody"
 _READY = "database system is ready to accept connections"
+# postgres under a shell that stops it (fast shutdown) once its stdin, a pipe from this
+# process, closes: at `stop()`, and also when this process dies without stopping it (killed
+# by a timeout), so no server outlives its test run. The shell exits when postgres does.
+# (An asynchronous list's stdin is /dev/null unless redirected: hence fd 3.)
+_WATCHDOG = 'exec 3<&0; "$@" & pg=$!; (read -r _ <&3; kill -INT "$pg") & wait "$pg"'
 
 
 class PostgresUnavailableError(RuntimeError):
@@ -119,8 +125,7 @@ class PostgresServer:
             if _READY in self.log() and _accepts(self.port):
                 return True
             time.sleep(0.05)
-        self.process.kill()
-        self.process.wait()
+        self._kill()
         return False
 
     def log(self) -> str:
@@ -129,14 +134,18 @@ class PostgresServer:
 
     def stop(self) -> None:
         """Stop the server (fast shutdown: sessions are ended) and remove its files."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process.stdin is not None:
+            self.process.stdin.close()  # the watchdog stops postgres
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self._kill()
         shutil.rmtree(self.base, ignore_errors=True)
+
+    def _kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # the watchdog and postgres
+        self.process.wait()
 
     def __enter__(self) -> PostgresServer:
         return self
@@ -206,11 +215,9 @@ def _spawn(
     for name, value in settings.items():
         command += ["-c", f"{name}={value}"]
     with open(log, "wb") as out:
-        if user is not None:
-            os.chown(log, user.pw_uid, user.pw_gid)
         return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, **_as_user(user),
+            ["/bin/sh", "-c", _WATCHDOG, "postgres-watchdog", *command], stdin=subprocess.PIPE,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **_as_user(user),
         )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -153,6 +154,8 @@ class TestClaim:
         )  # fmt: skip
         assert len(claimed) == len(set(claimed)) == 300
         assert set(claimed) == submitted
+        (counts,) = await stores[1].counts()
+        assert (counts.by_state[JobState.RUNNING], counts.by_state[JobState.QUEUED]) == (300, 0)
 
     async def test_expired_lease_is_claimed_again_with_the_next_attempt(
         self, store: JobStore
@@ -366,6 +369,32 @@ class TestListing:
         assert counts["b"].by_state[JobState.CANCELLED] == 1
         assert counts["b"].oldest_queued_at is None
 
+    async def test_counts_follow_every_kind_of_change(self, open_another: Opener) -> None:
+        store, other = await open_another(), await open_another()
+        ids = [(await store.submit(new(model), T0 + i))[0].id for i, model in enumerate("aabbab")]
+        await store.submit(new("a", key="k"), T0 + 10)
+        await other.submit(new("a", key="k"), T0 + 11)  # the same job: counted once
+        claims = await other.claim("w1", 5, 10, T0 + 20)  # ids[0:5]
+        await store.succeed(ids[0], "w1", claims[0].attempt, b"r", T0 + 21)
+        await store.fail(ids[1], "w1", claims[1].attempt, "again", True, T0 + 21)
+        await store.fail(ids[2], "w1", claims[2].attempt, "no", False, T0 + 21)
+        await store.release("w1", [(ids[3], claims[3].attempt)])
+        await other.cancel(ids[5], T0 + 22)
+        await store.claim("w2", 10, 10, T0 + 100, models=["b"])  # ids[4]'s lease expired
+        await store.expire(T0 + 21.5)  # ids[0], ids[2]
+        expected: dict[tuple[str, JobState], int] = {}
+        for job in await store.list(limit=1000):
+            expected[job.model, job.state] = expected.get((job.model, job.state), 0) + 1
+        counted = {
+            (c.model, state): n
+            for c in await other.counts()
+            for state, n in c.by_state.items()
+            if n
+        }
+        assert counted == expected
+        assert await store.backlog("a") == expected.get(("a", JobState.QUEUED), 0) == 2
+        assert await other.backlog("b") == expected.get(("b", JobState.QUEUED), 0)
+
     async def test_expire_deletes_finished_jobs_and_results(self, store: JobStore) -> None:
         old, _ = await store.submit(new(), T0)
         claim = await claim_one(store, T0)
@@ -400,6 +429,9 @@ class TestSchema:
         try:
             assert await reopened.get(job.id) == job
             assert (await reopened.submit(new(key="k"), T0))[0] == job
+            assert await reopened.backlog("m") == 1
+            (counts,) = await reopened.counts()
+            assert counts.by_state[JobState.QUEUED] == 1
         finally:
             await reopened.close()
 
@@ -408,10 +440,41 @@ class TestSchema:
         job, _ = await stores[0].submit(new(), T0)
         assert all([await s.get(job.id) == job for s in stores])
 
+    async def test_a_newer_schema_is_refused(self, target: str) -> None:
+        store = open_store(target)
+        await store.open()
+        await store.close()
+        await _sql(target, "UPDATE fnserve_jobs_schema SET version = 99")
+        newer = open_store(target)
+        with pytest.raises(RuntimeError, match="schema version 99, newer than this fnserve"):
+            await newer.open()
+        await newer.close()
+
     async def test_a_closed_store_says_so(self, target: str) -> None:
         store = open_store(target)
         with pytest.raises(RuntimeError, match="not open"):
             await store.get("x")
+
+
+async def test_postgres_folds_the_counts_of_ended_sessions(postgres_database: str) -> None:
+    target = postgres_database
+    first = open_store(target)
+    await first.open()
+    for i in range(5):
+        await first.submit(new(), T0 + i)
+    await first.close()
+    second = open_store(target)
+    await second.open()
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        while await _sql(target, "SELECT count(*) FROM fnserve_job_counts WHERE backend <> 0"):
+            assert asyncio.get_running_loop().time() < deadline, "counts were not folded"
+            await second.expire(T0)  # folds the ended sessions' rows
+        assert await second.backlog("m") == 5
+        await second.submit(new(), T0 + 9)
+        assert await second.backlog("m") == 6
+    finally:
+        await second.close()
 
 
 def test_open_store_picks_the_store_by_target(tmp_path: Path) -> None:
@@ -422,3 +485,25 @@ def test_open_store_picks_the_store_by_target(tmp_path: Path) -> None:
     assert isinstance(open_store("postgres://u@h/db"), PostgresJobStore)
     assert isinstance(open_store(tmp_path / "x.db"), SQLiteJobStore)
     assert isinstance(open_store(str(tmp_path / "postgres.db")), SQLiteJobStore)
+
+
+async def _sql(target: str, statement: str) -> object:
+    """The first value `statement` returns, run on the test's database directly."""
+    if target.startswith("postgresql://"):
+        import asyncpg
+
+        db = await asyncpg.connect(target)
+        try:
+            return await db.fetchval(statement)
+        finally:
+            await db.close()
+
+    def run() -> object:
+        db = sqlite3.connect(target, isolation_level=None)
+        try:
+            row = db.execute(statement).fetchone()
+            return None if row is None else row[0]
+        finally:
+            db.close()
+
+    return await asyncio.to_thread(run)

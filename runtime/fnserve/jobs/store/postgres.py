@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test enviro
         "pip install 'fnserve[postgres]' (or: pip install asyncpg)"
     ) from exc
 
-from fnserve.jobs.store.postgres_schema import migrate
+from fnserve.jobs.store.postgres_schema import fold_counts, migrate
 
 _COLUMNS = (
     "j.id, j.model, j.version, j.state, j.attempts, j.max_attempts, j.created_at, j.started_at,"
@@ -61,16 +61,13 @@ WHERE id IN (SELECT id FROM fnserve_jobs
 """
 
 # Two index scans, oldest first each (queued jobs; running ones whose lease expired), rather
-# than one OR that sorts the whole queue. Rows locked beyond `limit` are let go at commit.
-_CLAIM = f"""
-WITH queued AS (
+# than one OR that sorts the whole queue; with `models`, one ordered scan per model (a scan of
+# `model = ANY(...)` would sort every queued job of them). Rows locked beyond `limit` are let
+# go at commit.
+_CLAIM = """
+WITH queued AS ({queued}), expired AS (
     SELECT id, created_at FROM fnserve_jobs
-    WHERE state = 'queued' AND ($5::text[] IS NULL OR model = ANY($5))
-    ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
-), expired AS (
-    SELECT id, created_at FROM fnserve_jobs
-    WHERE state = 'running' AND lease_until <= $3 AND attempts < max_attempts
-      AND ($5::text[] IS NULL OR model = ANY($5))
+    WHERE state = 'running' AND lease_until <= $3 AND attempts < max_attempts{of_models}
     ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT id FROM (SELECT * FROM queued UNION ALL SELECT * FROM expired) c
@@ -81,8 +78,21 @@ UPDATE fnserve_jobs j SET state = 'running', attempts = j.attempts + 1, worker =
                           started_at = $3
 FROM picked, fnserve_job_requests r
 WHERE j.id = picked.id AND r.job_id = j.id
-RETURNING {_COLUMNS}, r.request
+RETURNING {columns}, r.request
 """
+_CLAIM_ANY = _CLAIM.format(
+    queued="SELECT id, created_at FROM fnserve_jobs WHERE state = 'queued'"
+    " ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED",
+    of_models="",
+    columns=_COLUMNS,
+)
+_CLAIM_OF_MODELS = _CLAIM.format(
+    queued="SELECT q.id, q.created_at FROM unnest($5::text[]) m (name), LATERAL ("
+    " SELECT id, created_at FROM fnserve_jobs WHERE state = 'queued' AND model = m.name"
+    " ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) q",
+    of_models=" AND model = ANY($5::text[])",
+    columns=_COLUMNS,
+)
 
 _SUCCEED = """
 WITH done AS (
@@ -123,6 +133,7 @@ class PostgresJobStore:
         try:
             async with pool.acquire() as db:
                 await migrate(db)
+                await fold_counts(db)
         except BaseException:
             await pool.close()
             raise
@@ -221,7 +232,10 @@ class PostgresJobStore:
             return []
         async with self._db.acquire() as db, db.transaction():
             await db.execute(_FAIL_EXPIRED, now, LEASE_EXPIRED)
-            rows = await db.fetch(_CLAIM, worker, lease_s, now, limit, names)
+            if names is None:
+                rows = await db.fetch(_CLAIM_ANY, worker, lease_s, now, limit)
+            else:
+                rows = await db.fetch(_CLAIM_OF_MODELS, worker, lease_s, now, limit, names)
         claims = [
             Claim(job_from_row(tuple(row)[:-1]), bytes(row[-1]), row["attempts"]) for row in rows
         ]
@@ -260,23 +274,36 @@ class PostgresJobStore:
 
     async def backlog(self, model: str) -> int:
         count = await self._db.fetchval(
-            "SELECT count(*) FROM fnserve_jobs WHERE model = $1 AND state = 'queued'", model
+            "SELECT coalesce(sum(jobs), 0) FROM fnserve_job_counts"
+            " WHERE model = $1 AND state = 'queued'",
+            model,
         )
         return int(count)
 
     async def counts(self) -> builtins.list[ModelJobCounts]:
         rows = await self._db.fetch(
-            "SELECT model, state, count(*), min(created_at) FROM fnserve_jobs GROUP BY model, state"
+            """
+            WITH c AS (
+                SELECT model, state, sum(jobs) AS jobs FROM fnserve_job_counts
+                GROUP BY model, state
+            )
+            SELECT model, state, jobs, CASE WHEN state = 'queued' THEN
+                (SELECT min(created_at) FROM fnserve_jobs j
+                 WHERE j.state = 'queued' AND j.model = c.model) END
+            FROM c WHERE model IN (SELECT model FROM c WHERE jobs > 0)
+            """
         )
         return counts_from_rows(tuple(row) for row in rows)
 
     async def expire(self, finished_before: float) -> int:
         # The requests and results go with their jobs (ON DELETE CASCADE).
-        status = await self._db.execute(
-            "DELETE FROM fnserve_jobs WHERE finished_at < $1"
-            " AND state IN ('succeeded', 'failed', 'cancelled')",
-            finished_before,
-        )
+        async with self._db.acquire() as db:
+            status = await db.execute(
+                "DELETE FROM fnserve_jobs WHERE finished_at < $1"
+                " AND state IN ('succeeded', 'failed', 'cancelled')",
+                finished_before,
+            )
+            await fold_counts(db)  # now and then, as expiry runs
         return int(status.split()[-1])  # "DELETE 42"
 
 

@@ -16,6 +16,50 @@ if TYPE_CHECKING:
 # An arbitrary constant naming fnserve's schema lock among the database's advisory locks.
 _LOCK_KEY = 0x666E_7365_7276_6A01
 
+# Jobs per model and state, kept by statement triggers in the transaction that changes the jobs:
+# `backlog` (asked on every submit) and `counts` (metrics) add up a few rows instead of counting
+# a queue that may hold 100,000 jobs. Each database session changes only its own rows (keyed by
+# its backend pid), so sessions never wait for each other's counts, and cannot deadlock on
+# them; `fold_counts` folds the rows of sessions that ended into backend 0.
+_COUNTS = (
+    """CREATE TABLE fnserve_job_counts (
+        model text NOT NULL,
+        state text NOT NULL,
+        backend integer NOT NULL,
+        jobs bigint NOT NULL,
+        PRIMARY KEY (model, state, backend)
+    )""",
+    """CREATE FUNCTION fnserve_jobs_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO fnserve_job_counts AS c (model, state, backend, jobs)
+            SELECT model, state, pg_backend_pid(), count(*) FROM new_rows
+            GROUP BY model, state ORDER BY model, state
+            ON CONFLICT (model, state, backend) DO UPDATE SET jobs = c.jobs + EXCLUDED.jobs;
+        ELSIF TG_OP = 'DELETE' THEN
+            INSERT INTO fnserve_job_counts AS c (model, state, backend, jobs)
+            SELECT model, state, pg_backend_pid(), -count(*) FROM old_rows
+            GROUP BY model, state ORDER BY model, state
+            ON CONFLICT (model, state, backend) DO UPDATE SET jobs = c.jobs + EXCLUDED.jobs;
+        ELSE
+            INSERT INTO fnserve_job_counts AS c (model, state, backend, jobs)
+            SELECT model, state, pg_backend_pid(), sum(delta) FROM (
+                SELECT model, state, 1 AS delta FROM new_rows
+                UNION ALL SELECT model, state, -1 FROM old_rows
+            ) d GROUP BY model, state HAVING sum(delta) <> 0 ORDER BY model, state
+            ON CONFLICT (model, state, backend) DO UPDATE SET jobs = c.jobs + EXCLUDED.jobs;
+        END IF;
+        RETURN NULL;
+    END $$""",
+    "CREATE TRIGGER fnserve_jobs_count_insert AFTER INSERT ON fnserve_jobs"
+    " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION fnserve_jobs_count()",
+    "CREATE TRIGGER fnserve_jobs_count_update AFTER UPDATE ON fnserve_jobs"
+    " REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows"
+    " FOR EACH STATEMENT EXECUTE FUNCTION fnserve_jobs_count()",
+    "CREATE TRIGGER fnserve_jobs_count_delete AFTER DELETE ON fnserve_jobs"
+    " REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION fnserve_jobs_count()",
+)
+
 # Requests and results live in their own tables: listing, claiming and counting jobs then scan
 # small rows, and a result is written once, by the statement that makes the job SUCCEEDED.
 # The partial indexes hold only the few rows a claim looks at, however many jobs have finished.
@@ -47,7 +91,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             job_id text PRIMARY KEY REFERENCES fnserve_jobs (id) ON DELETE CASCADE,
             result bytea NOT NULL
         )""",
-        # claim, oldest first; backlog and claim of some models
+        # claim, oldest first; claim of some models, backlog, oldest queued
         "CREATE INDEX fnserve_jobs_queued ON fnserve_jobs (created_at, id) WHERE state = 'queued'",
         "CREATE INDEX fnserve_jobs_queued_by_model ON fnserve_jobs (model, created_at, id)"
         " WHERE state = 'queued'",
@@ -56,10 +100,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # list: all, of a model, in a state; counts
         "CREATE INDEX fnserve_jobs_by_time ON fnserve_jobs (created_at, id)",
         "CREATE INDEX fnserve_jobs_by_model ON fnserve_jobs (model, created_at, id)",
-        "CREATE INDEX fnserve_jobs_by_state ON fnserve_jobs (state, model, created_at, id)",
+        "CREATE INDEX fnserve_jobs_by_state ON fnserve_jobs (state, created_at, id)",
         # expiry of finished jobs
         "CREATE INDEX fnserve_jobs_finished ON fnserve_jobs (finished_at)"
         " WHERE finished_at IS NOT NULL",
+        *_COUNTS,
     ),
 )
 
@@ -94,3 +139,26 @@ async def migrate(db: PoolConnectionProxy[Record]) -> int:
         else:
             await db.execute("UPDATE fnserve_jobs_schema SET version = $1", len(MIGRATIONS))
     return len(MIGRATIONS)
+
+
+# Serializes folds: two folding at once could each hold rows the other deletes.
+_FOLD_LOCK_KEY = _LOCK_KEY + 1
+
+
+async def fold_counts(db: PoolConnectionProxy[Record]) -> None:
+    """Fold the count rows of database sessions that ended into backend 0's."""
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1)", _FOLD_LOCK_KEY)
+        await db.execute(
+            """
+            WITH gone AS (
+                DELETE FROM fnserve_job_counts c WHERE backend <> 0
+                AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.backend)
+                RETURNING model, state, jobs
+            )
+            INSERT INTO fnserve_job_counts AS c (model, state, backend, jobs)
+            SELECT model, state, 0, sum(jobs) FROM gone GROUP BY model, state
+            ORDER BY model, state
+            ON CONFLICT (model, state, backend) DO UPDATE SET jobs = c.jobs + EXCLUDED.jobs
+            """
+        )

@@ -72,7 +72,7 @@ def counts_from_rows(rows: Iterable[Sequence[object]]) -> list[ModelJobCounts]:
     for model, state, count, first in rows:
         name = str(model)
         by_model.setdefault(name, dict.fromkeys(JobState, 0))[JobState(state)] = int(count)  # type: ignore[call-overload]
-        if state == JobState.QUEUED.value:
+        if state == JobState.QUEUED.value and first is not None:
             oldest[name] = float(first)  # type: ignore[arg-type]
     return [ModelJobCounts(m, by_state, oldest.get(m)) for m, by_state in sorted(by_model.items())]
 

@@ -33,14 +33,39 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE TABLE fnserve_job_requests (job_id TEXT PRIMARY KEY, request BLOB NOT NULL)",
         "CREATE TABLE fnserve_job_results (job_id TEXT PRIMARY KEY, result BLOB NOT NULL)",
-        # claim (oldest queued first; running ones, few, for dead workers), counts by state
+        # claim (oldest first), all models or one; backlog; list in a state (of a model)
         "CREATE INDEX fnserve_jobs_by_state ON fnserve_jobs (state, created_at, id)",
-        # backlog, claim and list of some models
-        "CREATE INDEX fnserve_jobs_by_model ON fnserve_jobs (model, state, created_at, id)",
-        # list, newest first
+        "CREATE INDEX fnserve_jobs_by_model_state ON fnserve_jobs (model, state, created_at, id)",
+        # list, newest first: all, of a model
         "CREATE INDEX fnserve_jobs_by_time ON fnserve_jobs (created_at, id)",
+        "CREATE INDEX fnserve_jobs_by_model ON fnserve_jobs (model, created_at, id)",
         # expiry of finished jobs
         "CREATE INDEX fnserve_jobs_by_finish ON fnserve_jobs (finished_at)",
+        # Jobs per model and state, kept by triggers in the transaction that changes them:
+        # `backlog` (asked on every submit) and `counts` (metrics) read a row, not count the
+        # queue, which may hold 100,000 jobs. SQLite serializes writers, so the rows are no
+        # point of contention.
+        """CREATE TABLE fnserve_job_counts (
+            model TEXT NOT NULL,
+            state TEXT NOT NULL,
+            jobs INTEGER NOT NULL,
+            PRIMARY KEY (model, state)
+        ) WITHOUT ROWID""",
+        """CREATE TRIGGER fnserve_jobs_count_insert AFTER INSERT ON fnserve_jobs BEGIN
+            INSERT INTO fnserve_job_counts (model, state, jobs) VALUES (NEW.model, NEW.state, 1)
+            ON CONFLICT (model, state) DO UPDATE SET jobs = jobs + 1;
+        END""",
+        """CREATE TRIGGER fnserve_jobs_count_update AFTER UPDATE OF state ON fnserve_jobs
+        WHEN OLD.state <> NEW.state BEGIN
+            UPDATE fnserve_job_counts SET jobs = jobs - 1
+            WHERE model = OLD.model AND state = OLD.state;
+            INSERT INTO fnserve_job_counts (model, state, jobs) VALUES (NEW.model, NEW.state, 1)
+            ON CONFLICT (model, state) DO UPDATE SET jobs = jobs + 1;
+        END""",
+        """CREATE TRIGGER fnserve_jobs_count_delete AFTER DELETE ON fnserve_jobs BEGIN
+            UPDATE fnserve_job_counts SET jobs = jobs - 1
+            WHERE model = OLD.model AND state = OLD.state;
+        END""",
     ),
 )
 
