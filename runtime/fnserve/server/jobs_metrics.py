@@ -8,6 +8,7 @@ whole fleet's queue; durations are those of the jobs this server finished. The s
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -17,6 +18,8 @@ from prometheus_client.registry import Collector
 from fnserve.jobs.durations import DURATION_BUCKETS_S
 from fnserve.jobs.model import JobState, ModelJobCounts
 from fnserve.jobs.service import JobService
+
+log = logging.getLogger(__name__)
 
 
 class JobsCollector(Collector):
@@ -31,8 +34,12 @@ class JobsCollector(Collector):
         self._counts: list[ModelJobCounts] = []
 
     async def refresh(self) -> None:
-        """Read the store's counts (call before each scrape is written)."""
-        self._counts = await self._service.counts()
+        """Read the store's counts (call before each scrape is written). A store that cannot
+        answer leaves the last counts in place: the rest of the scrape still matters."""
+        try:
+            self._counts = await self._service.counts()
+        except Exception:
+            log.exception("metrics: reading job counts from the store failed")
 
     def collect(self) -> Iterator[Metric]:
         yield from self._states()
