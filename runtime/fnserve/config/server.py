@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from fnserve.errors import ModelConfigError
@@ -106,6 +107,10 @@ class ServerConfig:
         state_dir: where deployments (`fnserve deploy`) are kept and found after a restart.
         deploy_max_bytes: largest deployment archive (its files may unpack to 8 times that).
         deploy_validate_timeout_s: how long a deployment's import, in a child process, may take.
+        model_cache: where model repositories served from object storage (`s3://...`) are
+            copied to ("": `state_dir`/model-cache).
+        s3_endpoint_url: an S3-compatible server to read `s3://` repositories from ("": the
+            standard `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL` settings, else AWS).
     """
 
     host: str = "127.0.0.1"
@@ -154,6 +159,8 @@ class ServerConfig:
     state_dir: str = ".fnserve-state"
     deploy_max_bytes: int = 64 * 1024 * 1024
     deploy_validate_timeout_s: float = 60.0
+    model_cache: str = ""
+    s3_endpoint_url: str = ""
 
     def __post_init__(self) -> None:
         if self.execution_timeout_s < 0 or self.shutdown_timeout_s < 0:
@@ -215,6 +222,10 @@ class ServerConfig:
         if self.watch:
             return WatchSettings(False, self.repository_poll_secs)
         return None
+
+    def model_cache_dir(self) -> Path:
+        """Where remote model repositories are copied to."""
+        return Path(self.model_cache) if self.model_cache else Path(self.state_dir) / "model-cache"
 
     def input_limits(self) -> InputLimits:
         """The per-request input limits both codecs apply."""
