@@ -114,9 +114,7 @@ def test_a_repository_in_s3_serves_over_http_and_grpc(
     assert f"model repository s3://{bucket}/repo: 3 object(s), 3 changed" in server.output()
 
 
-def test_a_restart_downloads_only_what_changed(
-    s3: LoopbackS3, bucket: str, tmp_path: Path
-) -> None:
+def test_a_restart_downloads_only_what_changed(s3: LoopbackS3, bucket: str, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     url = f"s3://{bucket}/repo"
     with _serve(s3, url, tmp_path / "state", "--model-cache", str(cache)) as server:
