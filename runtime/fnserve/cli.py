@@ -382,7 +382,12 @@ def serve_command(paths: tuple[Path | str, ...], **options: Any) -> None:
             config.s3_endpoint_url,
         )
         deployed = tuple(DeploymentStore(config.state_dir).serving_folders())
-        runtime = _runtime(_local(paths, mirrors), deployed, config.strict, config.allow_empty)
+        # A poller syncs the remote repositories in poll mode and with --watch; otherwise
+        # each repository load syncs them.
+        synced_on_scan = mirrors if config.watch_settings() is None else []
+        source = ModelSource((*_local(paths, mirrors), *deployed), synced_on_scan)
+        shown = tuple(map(str, paths or deployed))  # URLs as given, not their copies
+        runtime = _runtime(source, shown, config.strict, config.allow_empty)
         _check_startup_models(runtime, config)
     except FnserveError as exc:  # one line, no traceback: what failed, where, what to do
         raise click.ClickException(exc.message) from exc
@@ -400,18 +405,17 @@ def _local(paths: tuple[Path | str, ...], mirrors: list[RepositoryMirror]) -> tu
 
 
 def _runtime(
-    paths: tuple[Path, ...], deployed: tuple[Path, ...], strict: bool, allow_empty: bool
+    source: ModelSource, shown: tuple[str, ...], strict: bool, allow_empty: bool
 ) -> Runtime:
     """Import the model files and the deployments, and build the runtime, applying --strict
-    and --allow-empty."""
-    source = ModelSource((*paths, *deployed))
+    and --allow-empty (`shown`: the paths an error names)."""
     found = source.scan()
     if found.failures and strict:
         raise StartupError(f"{found.failures[0].reason} (--strict: any bad file is fatal)")
     for failure in found.failures:
         log.error("%s; its models are not served", failure.reason)
     if not found.definitions:
-        message = _nothing_found(paths or deployed, found.files, found.ignored)
+        message = _nothing_found(shown, found.files, found.ignored)
         if not allow_empty:
             raise StartupError(f"{message}; --allow-empty serves anyway")
         log.warning("%s; serving no model (--allow-empty)", message)
@@ -427,7 +431,7 @@ def _check_startup_models(runtime: Runtime, config: ServerConfig) -> None:
         raise StartupError(f"--load-model names unknown model(s) {unknown}; known: {known}")
 
 
-def _nothing_found(paths: tuple[Path, ...], files: list[Path], ignored: list[Path]) -> str:
+def _nothing_found(paths: tuple[str, ...], files: list[Path], ignored: list[Path]) -> str:
     where = ", ".join(f"'{p}'" for p in paths)
     message = (
         f"no model found in {where} (no @model, no Triton model directory): {len(files)} "

@@ -202,3 +202,33 @@ def test_a_missing_boto3_names_the_install_line(tmp_path: Path) -> None:
     )
     assert outcome.returncode != 0
     assert "needs boto3: pip install 'fnserve[s3]'" in outcome.stderr
+
+
+def test_an_unsupported_url_scheme_is_refused(s3: LoopbackS3, tmp_path: Path) -> None:
+    outcome = _refused(s3, "gs://models/repo", tmp_path)
+    assert outcome.returncode != 0
+    assert "'gs://models/repo' is not supported; expected s3://bucket/prefix" in outcome.stderr
+
+
+def test_a_repository_load_reads_the_bucket_again(
+    s3: LoopbackS3, bucket: str, tmp_path: Path
+) -> None:
+    # No poller in the default mode: the repository API's load syncs, as in Triton.
+    with _serve(s3, f"s3://{bucket}/repo", tmp_path / "state") as server:
+        s3.put(bucket, "repo/plus/2/model.py", PLUS.format(offset=20))
+        s3.put(bucket, "repo/triple.py", DOUBLE.replace("double", "triple").replace("* 2", "* 3"))
+        http = httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+        assert _versions(server, "plus") == ["1"]  # nothing polls
+        http.load_model("plus")
+        assert _versions(server, "plus") == ["2"]
+        http.load_model("triple")
+        given = httpclient.InferInput("X", [1], "FP32")
+        given.set_data_from_numpy(np.array([2.0], np.float32))
+        assert http.infer("triple", [given]).as_numpy("Y").tolist() == [6.0]
+        assert server.stop() == 0
+
+
+def test_an_empty_prefix_names_the_url(s3: LoopbackS3, bucket: str, tmp_path: Path) -> None:
+    outcome = _refused(s3, f"s3://{bucket}/nothing-here", tmp_path)
+    assert outcome.returncode != 0
+    assert f"no model found in 's3://{bucket}/nothing-here'" in outcome.stderr
