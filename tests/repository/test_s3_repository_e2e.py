@@ -232,3 +232,27 @@ def test_an_empty_prefix_names_the_url(s3: LoopbackS3, bucket: str, tmp_path: Pa
     outcome = _refused(s3, f"s3://{bucket}/nothing-here", tmp_path)
     assert outcome.returncode != 0
     assert f"no model found in 's3://{bucket}/nothing-here'" in outcome.stderr
+
+
+def test_watch_mode_watches_local_files_and_polls_the_bucket(
+    s3: LoopbackS3, bucket: str, tmp_path: Path
+) -> None:
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "triple.py").write_text(DOUBLE.replace("double", "triple").replace("* 2", "* 3"))
+    url = f"s3://{bucket}/repo"
+    args = ("--watch", "--repository-poll-secs", "0.5")
+    with _serve(s3, url, tmp_path / "state", str(local), *args) as server:
+        s3.put(bucket, "repo/plus/2/model.py", PLUS.format(offset=20))
+        wait_until(lambda: _versions(server, "plus") == ["2"], "version 2 of plus serves")
+        (local / "triple.py").write_text(DOUBLE.replace("double", "triple").replace("* 2", "* 4"))
+        http = httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+        given = httpclient.InferInput("X", [1], "FP32")
+        given.set_data_from_numpy(np.array([1.0], np.float32))
+        wait_until(
+            lambda: http.infer("triple", [given]).as_numpy("Y").tolist() == [4.0],
+            "the edited local file serves",
+        )
+        assert server.stop() == 0
+    assert f"polling {url} every 0.5 s" in server.output()
+    assert "watching 1 model path(s) for changes (native file events)" in server.output()
