@@ -71,6 +71,19 @@ class TestSync:
         assert report.downloaded_bytes == len("v1 edited")
         assert (again.path / "m/1/model.py").read_text() == "v1 edited"
 
+    def test_a_multipart_upload_is_copied_whole_and_kept(
+        self, s3: LoopbackS3, store: S3Store, tmp_path: Path
+    ) -> None:
+        weights = tmp_path / "model.onnx"
+        weights.write_bytes(bytes(range(256)) * (9 * 4096))  # 9 MiB: boto3 sends it in parts
+        s3.client.upload_file(str(weights), store.bucket, "repo/m/1/model.onnx")
+        listed = store.list_objects("repo/m/1/model.onnx")
+        assert "-" in listed[0].etag  # a multipart ETag: not the content's MD5
+        mirror = _mirror(store, tmp_path)
+        assert mirror.sync().downloaded_bytes > weights.stat().st_size
+        assert (mirror.path / "m/1/model.onnx").read_bytes() == weights.read_bytes()
+        assert mirror.sync().changed == frozenset()
+
     def test_a_file_changed_in_the_cache_is_downloaded_again(
         self, store: S3Store, tmp_path: Path
     ) -> None:
