@@ -84,6 +84,15 @@ class TestSync:
         assert (mirror.path / "m/1/model.onnx").read_bytes() == weights.read_bytes()
         assert mirror.sync().changed == frozenset()
 
+    def test_a_crashed_syncs_partial_downloads_are_cleared(
+        self, store: S3Store, tmp_path: Path
+    ) -> None:
+        mirror = _mirror(store, tmp_path)
+        mirror.sync()
+        (mirror.root / ".partial" / "0123abcd").write_bytes(b"half a model")
+        assert mirror.sync().changed == frozenset()
+        assert list((mirror.root / ".partial").iterdir()) == []
+
     def test_a_file_changed_in_the_cache_is_downloaded_again(
         self, store: S3Store, tmp_path: Path
     ) -> None:

@@ -80,9 +80,11 @@ def _serve(s3: LoopbackS3, url: str, state: Path, *args: str) -> ServerProcess:
     return ServerProcess.start(url, "--state-dir", state, *args, env=s3.env())
 
 
-def _refused(s3: LoopbackS3, url: str, state: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run `fnserve serve URL` expecting it not to start; its outcome."""
-    command = [sys.executable, "-m", "fnserve", "serve", url, "--state-dir", str(state),
+def _refused(
+    s3: LoopbackS3, url: str, state: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `fnserve serve URL ARGS` expecting it not to start; its outcome."""
+    command = [sys.executable, "-m", "fnserve", "serve", url, *args, "--state-dir", str(state),
                "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
     return subprocess.run(
         command, env=s3.env(**env), capture_output=True, text=True, timeout=60, check=False
@@ -159,7 +161,9 @@ def test_a_version_uploaded_while_serving_takes_over_under_load(
 
 
 def test_a_missing_bucket_stops_the_start(s3: LoopbackS3, tmp_path: Path) -> None:
-    outcome = _refused(s3, "s3://no-such-bucket/repo", tmp_path)
+    # The endpoint given by flag this time (the environment names none).
+    url = "s3://no-such-bucket/repo"
+    outcome = _refused(s3, url, tmp_path, "--s3-endpoint-url", s3.endpoint, AWS_ENDPOINT_URL_S3="")
     assert outcome.returncode != 0
     assert "the bucket 'no-such-bucket' does not exist" in outcome.stderr
     assert "Traceback" not in outcome.stderr
