@@ -16,6 +16,7 @@ from fnserve.repository.mirror import RepositoryMirror
 from fnserve.repository.mirror_poll import MirrorPoller
 from fnserve.repository.objectstore import RemoteObject, RemoteUrl, is_remote
 from fnserve.repository.s3 import S3Store
+from fnserve.repository.source import ModelSource
 from tests.repository.s3server import LoopbackS3
 
 
@@ -318,3 +319,19 @@ class TestPoller:
         finally:
             await poller.aclose()
         assert (mirror.path / "m/2/model.py").read_text() == "v2"
+
+
+def test_a_scan_serves_the_cached_copy_when_the_bucket_is_out_of_reach(
+    s3: LoopbackS3, store: S3Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = RemoteUrl("s3", store.bucket, "repo")
+    RepositoryMirror(url, store, tmp_path / "cache").sync()
+    unreachable = RepositoryMirror(
+        url, S3Store(store.bucket, "http://127.0.0.1:9"), tmp_path / "cache"
+    )
+    s3.put(store.bucket, "repo/m/config.pbtxt", "not read: the bucket is out of reach")
+    found = ModelSource([unreachable.path], synced_on_scan=[unreachable]).scan()
+    assert found.model_dirs == [unreachable.path / "m"]
+    assert (unreachable.path / "m/config.pbtxt").read_text() == 'backend: "python"'
+    assert "cannot reach http://127.0.0.1:9" in caplog.text
+    assert "serving its cached copy" in caplog.text

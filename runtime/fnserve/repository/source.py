@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fnserve.errors import RepositoryError
 from fnserve.repository.discover import (
     Definition,
     Discovery,
@@ -77,14 +78,23 @@ class ModelSource:
         """Every file's definitions, importing new and changed files (blocking: runs user code).
 
         Raises:
-            RepositoryError: a path no longer exists; a remote repository cannot be read.
+            RepositoryError: a path no longer exists.
         """
         with self._lock:
-            for mirror in self._synced_on_scan:
-                report = mirror.sync()
-                if report.changed:
-                    log.info("%s", report.describe())
+            self._sync_remote()
             return self._scan()
+
+    def _sync_remote(self) -> None:
+        """Sync the remote repositories; one that cannot be read is served from its cache
+        (a bucket out of reach must not fail the load of a deployment or a local model)."""
+        for mirror in self._synced_on_scan:
+            try:
+                report = mirror.sync()
+            except RepositoryError as exc:
+                log.warning("%s; serving its cached copy", exc.message)
+                continue
+            if report.changed:
+                log.info("%s", report.describe())
 
     def rescan(self, changed: Iterable[Path]) -> tuple[Discovery, set[str]]:
         """`scan()`, and the names of the models the files and model directories at or under
