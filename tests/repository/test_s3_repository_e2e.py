@@ -149,9 +149,11 @@ def test_a_version_uploaded_while_serving_takes_over_under_load(
             wait_until(lambda: _versions(server, "plus") == ["2"], "version 1 is gone")
             settled = len(load.seen)
             wait_until(lambda: len(load.seen) > settled + 30, "more answers come")
+            assert load.seen[-30:] == [21.0] * 30
+            s3.put(bucket, "repo/plus/2/model.py", PLUS.format(offset=30))  # edited in place
+            wait_until(lambda: load.latest() == 31.0, "the edited version 2 answers")
         assert load.failures == []
-        assert set(load.seen) == {11.0, 21.0}
-        assert load.seen[-30:] == [21.0] * 30
+        assert set(load.seen) == {11.0, 21.0, 31.0}
         s3.client.delete_object(Bucket=bucket, Key="repo/double.py")
         wait_until(lambda: not _versions(server, "double"), "double is unloaded")
         assert _versions(server, "plus") == ["2"]
