@@ -19,6 +19,8 @@ from fnserve.repository.s3 import S3Store
 from fnserve.repository.source import ModelSource
 from tests.repository.s3server import LoopbackS3
 
+pytestmark = pytest.mark.e2e  # against moto's S3 server on loopback
+
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[LoopbackS3]:
