@@ -29,7 +29,7 @@ def main() -> int:
         with urllib.request.urlopen(health_url(), timeout=2, context=context) as reply:
             return 0 if reply.status == 200 else 1
     except (urllib.error.URLError, OSError) as exc:
-        print(f"not ready: {exc}", file=sys.stderr)
+        sys.stderr.write(f"not ready: {exc}\n")
         return 1
 
 

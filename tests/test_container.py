@@ -90,7 +90,8 @@ def test_hadolint_finds_a_real_mistake(tmp_path: Path) -> None:
 def test_image_is_multi_stage_non_root_and_health_checked(name: str) -> None:
     steps = instructions(ROOT / name)
     stages = [rest for kw, rest in steps if kw == "FROM"]
-    assert len(stages) >= 2 and " AS build" in stages[0], "multi-stage: a build stage first"
+    assert len(stages) >= 2, "multi-stage"
+    assert " AS build" in stages[0], "the build stage comes first"
     final = final_stage(ROOT / name)
     user = [rest for kw, rest in final if kw == "USER"][-1]
     assert user.split(":")[0] not in {"0", "root"}
@@ -116,7 +117,8 @@ def _cli_args(name: str, state_dir: Path) -> list[str]:
     command = exec_form(final, "ENTRYPOINT") + exec_form(final, "CMD")
     assert command[:2] == ["tini", "--"], "tini runs as PID 1 and forwards SIGTERM"
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert command[2] in scripts and scripts[command[2]] == "fnserve.cli:main"
+    assert command[2] in scripts
+    assert scripts[command[2]] == "fnserve.cli:main"
     assert command[3] == "serve"
     mapped = {"/models": str(MODELS), "/var/lib/fnserve": str(state_dir)}
     # Appended flags win (click keeps an option's last value): loopback only, in tests.
@@ -135,7 +137,8 @@ def _healthcheck(port: int) -> int:
 @pytest.mark.parametrize("name", DOCKERFILES)
 def test_entrypoint_serves_and_drains_on_sigterm(name: str, tmp_path: Path) -> None:
     args = _cli_args(name, tmp_path / "state")
-    assert "--log-format" in args and "--state-dir" in args
+    assert "--log-format" in args
+    assert "--state-dir" in args
     with ServerProcess.start(*args) as server:
         assert _healthcheck(server.http_port) == 0, server.output()
         assert server.stop(signal.SIGTERM) == 0, server.output()
