@@ -1,0 +1,19 @@
+output "cluster_name" {
+  description = "ECS cluster name."
+  value       = aws_ecs_cluster.this.name
+}
+
+output "cluster_arn" {
+  description = "ECS cluster ARN."
+  value       = aws_ecs_cluster.this.arn
+}
+
+output "capacity_provider" {
+  description = "Capacity provider services run on."
+  value       = var.compute == "gpu" ? aws_ecs_capacity_provider.gpu[0].name : "FARGATE"
+}
+
+output "autoscaling_group_name" {
+  description = "GPU Auto Scaling group (null on Fargate)."
+  value       = var.compute == "gpu" ? aws_autoscaling_group.gpu[0].name : null
+}
