@@ -48,7 +48,7 @@ def _run(terraform: str, cwd: Path, env: dict[str, str], *args: str) -> str:
 @pytest.fixture(scope="module")
 def initialised(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[str, Path, dict[str, str]]]:
+) -> tuple[str, Path, dict[str, str]]:
     """terraform/ copied to a temporary directory and `terraform init`-ed from the mirror."""
     terraform = _terraform()
     work = tmp_path_factory.mktemp("terraform") / "terraform"
