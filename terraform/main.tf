@@ -22,10 +22,12 @@ locals {
   )
 
   # Both services run the image's entrypoint (`fnserve serve --host 0.0.0.0 ...`) with these
-  # arguments: the same CLI as on a laptop.
+  # arguments: the same CLI as on a laptop. --allow-empty: a fresh bucket holds no model yet;
+  # the tasks start anyway and poll mode loads what is uploaded later.
   serve_args = concat(
     [
       local.model_repo_url,
+      "--allow-empty",
       "--model-control-mode", "poll",
       "--repository-poll-secs", tostring(var.repository_poll_s),
       "--http-port", tostring(local.ports.http),

@@ -69,7 +69,8 @@ def initialised(
 
 def test_terraform_fmt_is_applied() -> None:
     terraform = _terraform()
-    _run(terraform, TERRAFORM_DIR, dict(os.environ), "fmt", "-check", "-recursive", "-diff")
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": str(TERRAFORM_DIR / "offline.tfrc")}
+    _run(terraform, TERRAFORM_DIR, env, "fmt", "-check", "-recursive", "-diff")
 
 
 def test_mirror_has_the_pinned_provider() -> None:

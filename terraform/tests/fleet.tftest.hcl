@@ -24,7 +24,7 @@ run "gpu_fleet" {
   }
   assert {
     condition = alltrue([
-      for flag in ["--model-control-mode", "--jobs-db", "--http-port", "--grpc-port", "--metrics-port", "--shutdown-timeout"] :
+      for flag in ["--allow-empty", "--model-control-mode", "--jobs-db", "--http-port", "--grpc-port", "--metrics-port", "--shutdown-timeout"] :
       contains(output.online_container_definitions[0].command, flag)
     ])
     error_message = "the command sets poll mode, the jobs database and the three ports"
