@@ -24,7 +24,8 @@ FROM ${PYTHON_IMAGE}
 RUN apt-get update \
     && apt-get install -y --no-install-recommends tini \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --user-group --home-dir /var/lib/fnserve \
+    && groupadd --system --gid 10001 fnserve \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/fnserve \
        --shell /usr/sbin/nologin fnserve \
     && mkdir -p /models /var/lib/fnserve \
     && chown fnserve:fnserve /var/lib/fnserve
