@@ -10,6 +10,8 @@ drain it to a clean exit 0, after which the HEALTHCHECK fails.
 
 from __future__ import annotations
 
+import fnmatch
+import importlib.util
 import json
 import os
 import re
@@ -18,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -144,3 +147,51 @@ def test_entrypoint_serves_and_drains_on_sigterm(name: str, tmp_path: Path) -> N
         assert server.stop(signal.SIGTERM) == 0, server.output()
         assert "fnserve stopped" in server.output()
         assert _healthcheck(server.http_port) == 1
+
+
+def _ignored_by(patterns: list[str], path: str) -> bool:
+    """Whether .dockerignore `patterns` leave `path` out, as Docker decides: patterns are
+    anchored at the context root unless they start with `**/`, a pattern matching a parent
+    folder matches everything under it, and the last matching pattern wins."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    ignored = False
+    for pattern in patterns:
+        glob = pattern.removeprefix("!").rstrip("/")
+        if glob.startswith("**/"):  # any depth: match every tail of every prefix
+            tails = ["/".join(p.split("/")[i:]) for p in prefixes for i in range(len(p.split("/")))]
+            hit = any(fnmatch.fnmatchcase(t, glob.removeprefix("**/")) for t in tails)
+        else:
+            hit = any(fnmatch.fnmatchcase(p, glob) for p in prefixes)
+        if hit:
+            ignored = not pattern.startswith("!")
+    return ignored
+
+
+def test_build_context_holds_what_the_image_installs(tmp_path: Path) -> None:
+    # The Dockerfiles pip-install the package from the build context: the files .dockerignore
+    # lets through must be enough to build the wheel, with the protocol files in it.
+    if importlib.util.find_spec("setuptools") is None:
+        pytest.skip("setuptools (the build backend) is not installed in this environment")
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    patterns = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    context = [f for f in tracked if not _ignored_by(patterns, f)]
+    assert "pyproject.toml" in context
+    assert "docker/healthcheck.py" in context
+    assert not any(f.startswith(("tests/", "terraform/", ".venv/")) for f in context)
+    for name in context:
+        (tmp_path / "ctx" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tmp_path / "ctx" / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path / "dist"), str(tmp_path / "ctx")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = (tmp_path / "dist").glob("fnserve-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "fnserve/cli.py" in names
+    assert any(n.startswith("fnserve/protocol/") and n.endswith(".proto") for n in names)
