@@ -5,11 +5,14 @@
 #
 # Job workers, from zero: target tracking cannot leave zero (requests per task is undefined
 # with no task), so step scaling on CloudWatch alarms over the backlog metric does it:
-# - backlog > 0            -> exactly ceil(backlog / jobs_per_worker) workers (at most worker_max),
-#                             re-evaluated every minute while the alarm stays in ALARM;
+# - backlog > 0            -> add ceil(backlog / jobs_per_worker) workers (capped at worker_max),
+#                             again after each cooldown while jobs stay queued. Scale-out only
+#                             adds: a shrinking queue must not stop workers that are busy with
+#                             the jobs it lost (running jobs are not in the queue depth);
 # - oldest job too old     -> one more worker (a few slow jobs can age without a deep queue);
 # - backlog 0 for N minutes -> exactly 0 workers. A job still running then is drained by SIGTERM
-#                             (up to 120 s) and otherwise claimed again when its lease expires.
+#                             (up to 120 s) and otherwise claimed again when its lease expires:
+#                             keep worker_idle_minutes above the longest job.
 
 resource "aws_appautoscaling_policy" "online_http_requests" {
   name               = "${var.name}-online-http-requests"
@@ -47,7 +50,7 @@ resource "aws_appautoscaling_policy" "online_grpc_requests" {
 
 locals {
   backlog_dimensions = { Service = local.metrics_service }
-  # Step i (1-based) covers a backlog of ((i-1)*jobs_per_worker, i*jobs_per_worker]: i workers.
+  # Step i (1-based) covers a backlog of ((i-1)*jobs_per_worker, i*jobs_per_worker]: i more workers.
   worker_steps = [
     for i in range(1, var.worker_max + 1) : {
       lower    = (i - 1) * var.jobs_per_worker
@@ -64,8 +67,8 @@ resource "aws_appautoscaling_policy" "worker_scale_out" {
   resource_id        = module.worker.scaling_resource_id
   scalable_dimension = module.worker.scalable_dimension
   step_scaling_policy_configuration {
-    adjustment_type         = "ExactCapacity"
-    cooldown                = 60
+    adjustment_type         = "ChangeInCapacity"
+    cooldown                = var.worker_scale_out_cooldown_s
     metric_aggregation_type = "Maximum"
     dynamic "step_adjustment" {
       for_each = local.worker_steps

@@ -310,8 +310,18 @@ variable "jobs_per_worker" {
   }
 }
 
+variable "worker_scale_out_cooldown_s" {
+  description = "Seconds between two scale-outs of the workers while jobs stay queued: about the time a new worker takes to start (a GPU instance boot and image pull: minutes)."
+  type        = number
+  default     = 240
+  validation {
+    condition     = var.worker_scale_out_cooldown_s >= 60 && var.worker_scale_out_cooldown_s <= 1800
+    error_message = "worker_scale_out_cooldown_s: 60 to 1800."
+  }
+}
+
 variable "worker_idle_minutes" {
-  description = "Minutes the backlog must stay at 0 before workers scale back to zero."
+  description = "Minutes the backlog must stay at 0 before workers scale back to zero (keep it above the longest job: running jobs are not in the backlog)."
   type        = number
   default     = 10
   validation {

@@ -95,10 +95,12 @@ run "gpu_fleet" {
   }
   assert {
     condition = (
-      aws_appautoscaling_policy.worker_scale_out.step_scaling_policy_configuration[0].adjustment_type == "ExactCapacity" &&
+      aws_appautoscaling_policy.worker_scale_out.step_scaling_policy_configuration[0].adjustment_type == "ChangeInCapacity" &&
+      aws_appautoscaling_policy.worker_scale_out.step_scaling_policy_configuration[0].cooldown == 240 &&
+      alltrue([for s in aws_appautoscaling_policy.worker_scale_out.step_scaling_policy_configuration[0].step_adjustment : s.scaling_adjustment > 0]) &&
       join(",", sort([for s in aws_appautoscaling_policy.worker_scale_out.step_scaling_policy_configuration[0].step_adjustment : tostring(s.scaling_adjustment)])) == "1,2,3,4"
     )
-    error_message = "the backlog sets exactly 1..worker_max workers, one per jobs_per_worker queued"
+    error_message = "the backlog only adds workers (1..worker_max, one per jobs_per_worker queued), once per cooldown"
   }
   assert {
     condition = (

@@ -11,6 +11,8 @@ output "cluster_arn" {
 output "capacity_provider" {
   description = "Capacity provider services run on."
   value       = var.compute == "gpu" ? aws_ecs_capacity_provider.gpu[0].name : "FARGATE"
+  # A service may only use a capacity provider once it is attached to the cluster.
+  depends_on = [aws_ecs_cluster_capacity_providers.this]
 }
 
 output "autoscaling_group_name" {
