@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -21,6 +22,8 @@ from fnserve.deploy.store import DeploymentStore
 from fnserve.errors import FnserveError, StartupError
 from fnserve.limits import DEFAULT_LIMITS
 from fnserve.logs import configure
+from fnserve.repository.mirror import RepositoryMirror, open_mirrors
+from fnserve.repository.objectstore import RemoteUrl, is_remote
 from fnserve.repository.source import ModelSource
 from fnserve.runtime import Runtime
 from fnserve.server.app import BoundPorts, serve
@@ -43,6 +46,22 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg,unused-ignore]
             self.fail(str(exc), param, ctx)
 
 
+class ModelPath(click.ParamType):  # type: ignore[type-arg,unused-ignore]
+    """An existing file or folder (a Path), or a repository URL such as s3://bucket/prefix
+    (kept as a str)."""
+
+    name = "path"
+    _local = click.Path(exists=True, path_type=Path)
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Path | str:
+        if isinstance(value, str) and is_remote(value):
+            return value
+        local: Path = self._local.convert(value, param, ctx)
+        return local
+
+
 @click.group()
 @click.version_option(__version__, prog_name="fnserve")
 def main() -> None:
@@ -50,7 +69,7 @@ def main() -> None:
 
 
 @main.command("serve")
-@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, type=ModelPath())
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--http-port", default=8000, show_default=True, help="HTTP port (0: pick a free one)."
@@ -404,6 +423,20 @@ def main() -> None:
     help="Longest long-poll (GET /v2/jobs/ID?wait=SECONDS) a client may ask for.",
 )
 @click.option(
+    "--model-cache",
+    default="",
+    metavar="DIR",
+    help="Where s3:// model repositories are copied to [default: STATE_DIR/model-cache]; "
+    "unchanged objects are not downloaded again.",
+)
+@click.option(
+    "--s3-endpoint-url",
+    default="",
+    metavar="URL",
+    help="An S3-compatible server for s3:// repositories [default: AWS_ENDPOINT_URL_S3 or "
+    "AWS_ENDPOINT_URL, else AWS]; credentials come from the standard AWS chain.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -412,37 +445,53 @@ def main() -> None:
 @click.option(
     "--log-format", default="text", show_default=True, type=click.Choice(["text", "json"])
 )
-def serve_command(paths: tuple[Path, ...], **options: Any) -> None:
-    """Serve the @model functions found in PATHS (Python files or folders), and the
+def serve_command(paths: tuple[Path | str, ...], **options: Any) -> None:
+    """Serve the @model functions and Triton model directories found in PATHS (Python files,
+    folders, or s3://bucket/prefix repositories, copied to --model-cache), and the
     deployments kept in --state-dir."""
     config = ServerConfig.from_mapping(options)
     configure(config.log_level, config.log_format)
     try:
+        mirrors = open_mirrors(
+            [p for p in paths if isinstance(p, str)],
+            config.model_cache_dir(),
+            config.s3_endpoint_url,
+        )
         deployed = tuple(DeploymentStore(config.state_dir).serving_folders())
-        runtime = _runtime(paths, deployed, config.strict, config.allow_empty)
+        # A poller syncs the remote repositories in poll mode and with --watch; otherwise
+        # each repository load syncs them.
+        synced_on_scan = mirrors if config.watch_settings() is None else []
+        source = ModelSource((*_local(paths, mirrors), *deployed), synced_on_scan)
+        shown = tuple(map(str, paths or deployed))  # URLs as given, not their copies
+        runtime = _runtime(source, shown, config.strict, config.allow_empty)
         _check_startup_models(runtime, config)
     except FnserveError as exc:  # one line, no traceback: what failed, where, what to do
         raise click.ClickException(exc.message) from exc
     try:
-        _run(_serve(runtime, config))
+        _run(_serve(runtime, config, mirrors))
     except FnserveError as exc:  # a port is taken: one line, no traceback
         raise click.ClickException(exc.message) from exc
     _exit_past_stuck_threads()
 
 
+def _local(paths: tuple[Path | str, ...], mirrors: list[RepositoryMirror]) -> tuple[Path, ...]:
+    """PATHS with each repository URL replaced by its local copy, in order."""
+    copies = {str(m.url): m.path for m in mirrors}
+    return tuple(p if isinstance(p, Path) else copies[str(RemoteUrl.parse(p))] for p in paths)
+
+
 def _runtime(
-    paths: tuple[Path, ...], deployed: tuple[Path, ...], strict: bool, allow_empty: bool
+    source: ModelSource, shown: tuple[str, ...], strict: bool, allow_empty: bool
 ) -> Runtime:
     """Import the model files and the deployments, and build the runtime, applying --strict
-    and --allow-empty."""
-    source = ModelSource((*paths, *deployed))
+    and --allow-empty (`shown`: the paths an error names)."""
     found = source.scan()
     if found.failures and strict:
         raise StartupError(f"{found.failures[0].reason} (--strict: any bad file is fatal)")
     for failure in found.failures:
         log.error("%s; its models are not served", failure.reason)
     if not found.definitions:
-        message = _nothing_found(paths or deployed, found.files, found.ignored)
+        message = _nothing_found(shown, found.files, found.ignored)
         if not allow_empty:
             raise StartupError(f"{message}; --allow-empty serves anyway")
         log.warning("%s; serving no model (--allow-empty)", message)
@@ -458,7 +507,7 @@ def _check_startup_models(runtime: Runtime, config: ServerConfig) -> None:
         raise StartupError(f"--load-model names unknown model(s) {unknown}; known: {known}")
 
 
-def _nothing_found(paths: tuple[Path, ...], files: list[Path], ignored: list[Path]) -> str:
+def _nothing_found(paths: tuple[str, ...], files: list[Path], ignored: list[Path]) -> str:
     where = ", ".join(f"'{p}'" for p in paths)
     message = (
         f"no model found in {where} (no @model, no Triton model directory): {len(files)} "
@@ -494,12 +543,12 @@ def _exit_past_stuck_threads() -> None:
     os._exit(0)
 
 
-async def _serve(runtime: Runtime, config: ServerConfig) -> None:
+async def _serve(runtime: Runtime, config: ServerConfig, mirrors: list[RepositoryMirror]) -> None:
     shutdown = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, shutdown.set)
-    await serve(runtime, config, shutdown, on_ready=lambda ports: _summary(runtime, ports))
+    await serve(runtime, config, shutdown, functools.partial(_summary, runtime), mirrors)
     click.echo("fnserve stopped", err=True)
 
 

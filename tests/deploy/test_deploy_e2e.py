@@ -8,12 +8,12 @@ rollback, undeploy, a restart on the same state directory, and the admin token.
 
 from __future__ import annotations
 
+import csv
 import io
 import os
 import subprocess
 import sys
 import tarfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,54 +178,73 @@ def test_identical_redeploy_is_a_no_op(server: ServerProcess, tmp_path: Path) ->
     assert "already serves this content" in again.stdout
 
 
-class ExtraClients:
-    """`count` more clients (httpx, JSON tensors) calling `model` in a loop, beside LoadLoop's
-    three: 32 requests in flight together."""
+class BenchLoad:
+    """`fnserve bench` (Locust, binary tensors over HTTP) holding 32 requests in flight on
+    `model` for `seconds`, its whole run measured (no warmup window), its table in a CSV."""
 
-    def __init__(self, server: ServerProcess, model: str, count: int) -> None:
-        self.url = f"{server.http}/v2/models/{model}/infer"
-        self.answers = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
+    def __init__(self, server: ServerProcess, model: str, csv: Path, seconds: float) -> None:
+        self.csv = csv
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "fnserve", "bench", model, "--url",
+             server.http.removeprefix("http://"), "--concurrency", "32", "--warmup", "0",
+             "--duration", str(seconds), "--shape", "X:1", "--csv", str(csv)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
 
-    def _run(self) -> None:
-        body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
-        with httpx.Client(timeout=30) as client:
-            while not self._stop.is_set():
-                try:
-                    client.post(self.url, json=body).raise_for_status()
-                    self.answers += 1
-                except httpx.HTTPError as exc:
-                    self.failures.append(repr(exc))
-
-    def __enter__(self) -> ExtraClients:
-        for thread in self._threads:
-            thread.start()
+    def __enter__(self) -> BenchLoad:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
+        if self._process.poll() is None:  # the test failed before it ended
+            self._process.kill()
+        self._process.communicate()
+
+    def running(self) -> bool:
+        return self._process.poll() is None
+
+    def result(self) -> dict[str, str]:
+        """The bench's one row, once it ended (its output in the message when it failed)."""
+        output, _ = self._process.communicate(timeout=120)
+        # Exit 1 is its integrity check: the server counted other clients' requests too, and
+        # the redeploy replaced the version whose statistics it read. Nothing else may fail.
+        errors = [line for line in output.splitlines() if line.startswith("error:")]
+        assert self._process.returncode in (0, 1), output
+        assert all("the harness sent" in line for line in errors), output
+        with self.csv.open() as file:
+            (row,) = csv.DictReader(file)
+        return row
 
 
 def test_redeploy_under_load_fails_no_request(server: ServerProcess, tmp_path: Path) -> None:
+    """The issue's check: a changed redeploy while `fnserve bench` runs at concurrency 32 (and
+    LoadLoop's three clients watch which version answers): not one failed request."""
     assert deploy(server, write(tmp_path / "v1", "busy", 10), "busy").returncode == 0
     with (
-        ExtraClients(server, "busy", 29) as extra,
+        BenchLoad(server, "busy", tmp_path / "bench.csv", seconds=12) as bench,
         LoadLoop(server, "busy", np.ones(1, np.float32)) as load,
     ):
         wait_until(lambda: load.latest() == 11.0, "version 1 answers")
+        wait_until(lambda: _inferences(server, "busy") > 200, "the bench's load arrives")
         result = deploy(server, write(tmp_path / "v2", "busy", 20), "busy")
         assert result.returncode == 0, result.stderr
         assert "deployment 'busy' version 2" in result.stdout
         wait_until(lambda: load.latest() == 21.0, "the redeployed code answers")
+        assert bench.running(), "the bench ended before the swap: lengthen it"
+        row = bench.result()
         count = len(load.seen)
         wait_until(lambda: len(load.seen) > count + 30, "more answers after the swap")
     assert load.failures == []
-    assert extra.failures == []
-    assert extra.answers > 0
+    assert int(row["errors"]) == 0, row
+    assert int(row["requests"]) > 500, row
+
+
+def _inferences(server: ServerProcess, model: str) -> int:
+    """Successful inferences of `model` from the statistics API."""
+    reply = httpx.get(f"{server.http}/v2/models/{model}/stats", timeout=10)
+    if reply.status_code == 404:  # not loaded yet
+        return 0
+    stats = reply.raise_for_status().json()
+    return sum(s["inference_stats"]["success"]["count"] for s in stats["model_stats"])
 
 
 class TestRefused:
@@ -275,6 +294,10 @@ class TestRefused:
         assert "model 'served' is already served" in result.stderr
         assert call(server, "served", 1) == 1.0
         self._untouched(server)
+        # The server's log says why, once (not again from the task that ran the deployment).
+        logged = [line for line in server.output().splitlines() if "already served" in line]
+        assert len(logged) == 1, logged
+        assert f"deployment '{name}' refused" in logged[0]
 
     def test_too_large(self, server: ServerProcess, name: str, tmp_path: Path) -> None:
         write(tmp_path, "keep", 7)
@@ -411,3 +434,11 @@ def test_deployments_come_back_after_a_restart(tmp_path: Path) -> None:
         listed = fnserve(second, "deployments")
         assert "lasting: version 1 serves" in listed.stdout
         assert "other: version 1 serves" in listed.stdout
+        second.stop()
+    # A record edited by hand into something unreadable: the server still starts, serves the
+    # other deployments and says which record it skipped and why.
+    (state / "deployments" / "other" / "deployment.json").write_text("{edited")
+    with _server(state, served) as third:
+        assert call(third, "lasting") == 2.0
+        assert "record of deployment 'other'" in third.output()
+        assert "other:" not in fnserve(third, "deployments").stdout

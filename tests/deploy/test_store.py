@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fnserve.deploy.store import Deployment, DeploymentStore, check_name
-from fnserve.errors import InvalidInputError, ModelNotFoundError
+from fnserve.errors import InvalidInputError, ModelNotFoundError, RepositoryError
 
 MODELS = (("plus", "1"),)
 
@@ -56,3 +56,16 @@ def test_unknown_version_names_the_known_ones(tmp_path: Path) -> None:
 def test_bad_names_are_refused(name: str) -> None:
     with pytest.raises(InvalidInputError, match="deployment name"):
         check_name(name)
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"current": 1}', '{"current": 1, "versions": 3}'])
+def test_an_unreadable_record_names_itself_and_hides_no_other(tmp_path: Path, text: str) -> None:
+    store = DeploymentStore(tmp_path)
+    store.add("good", "a" * 64, MODELS)
+    store.folder("good", "a" * 64).mkdir(parents=True)
+    (store.root / "edited").mkdir()
+    (store.root / "edited" / "deployment.json").write_text(text)
+    with pytest.raises(RepositoryError, match=r"deployment 'edited' .*deployment\.json"):
+        store.load("edited")
+    assert [d.name for d in store.all()] == ["good"]
+    assert store.serving_folders() == [store.folder("good", "a" * 64)]

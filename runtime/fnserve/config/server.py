@@ -119,6 +119,10 @@ class ServerConfig:
         jobs_result_ttl_s: finished jobs and their results are deleted this long after.
         jobs_max_result_bytes: largest stored result; a larger one fails its job.
         jobs_max_wait_s: longest long-poll a client may ask for.
+        model_cache: where model repositories served from object storage (`s3://...`) are
+            copied to ("": `state_dir`/model-cache).
+        s3_endpoint_url: an S3-compatible server to read `s3://` repositories from ("": the
+            standard `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL` settings, else AWS).
     """
 
     host: str = "127.0.0.1"
@@ -177,6 +181,8 @@ class ServerConfig:
     jobs_result_ttl_s: float = 7 * 24 * 3600.0
     jobs_max_result_bytes: int = 64 * 1024 * 1024
     jobs_max_wait_s: float = 60.0
+    model_cache: str = ""
+    s3_endpoint_url: str = ""
 
     def __post_init__(self) -> None:
         if self.execution_timeout_s < 0 or self.shutdown_timeout_s < 0:
@@ -242,6 +248,10 @@ class ServerConfig:
     def jobs_store_location(self) -> str:
         """The job store's SQLite path or PostgreSQL URL (`--jobs-db`, else in `state_dir`)."""
         return self.jobs_db or str(Path(self.state_dir) / "jobs.db")
+
+    def model_cache_dir(self) -> Path:
+        """Where remote model repositories are copied to."""
+        return Path(self.model_cache) if self.model_cache else Path(self.state_dir) / "model-cache"
 
     def input_limits(self) -> InputLimits:
         """The per-request input limits both codecs apply."""

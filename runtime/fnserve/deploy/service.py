@@ -22,6 +22,7 @@ from fnserve.deploy.archive import read_archive
 from fnserve.deploy.store import DeployedVersion, Deployment, DeploymentStore, check_name
 from fnserve.deploy.validate import validate
 from fnserve.errors import (
+    FnserveError,
     InvalidInputError,
     MemoryBudgetError,
     ModelNotFoundError,
@@ -104,7 +105,11 @@ class DeployService:
                 the previous version keeps serving), or a model another source serves.
             PayloadTooLargeError: the archive unpacks past the limit.
         """
-        return await _shielded(self._deploy(check_name(name), self._source(), data))
+        try:
+            return await _shielded(self._deploy(check_name(name), self._source(), data))
+        except FnserveError as exc:
+            log.warning("deployment '%s' refused: %s", name[:80], exc.message)
+            raise
 
     async def _deploy(self, name: str, source: ModelSource, data: bytes) -> DeployReport:
         async with self._lock:
@@ -135,7 +140,11 @@ class DeployService:
             ModelNotFoundError: no such deployment or version.
             InvalidInputError: it failed to load (the current version keeps serving).
         """
-        return await _shielded(self._rollback(name, to))
+        try:
+            return await _shielded(self._rollback(name, to))
+        except FnserveError as exc:
+            log.warning("rollback of deployment '%s' refused: %s", name[:80], exc.message)
+            raise
 
     async def _rollback(self, name: str, to: int) -> DeployReport:
         async with self._lock:
@@ -255,15 +264,24 @@ class DeployService:
 
 async def _shielded(operation: Coroutine[Any, Any, T]) -> T:
     """Run `operation` to its end even when the caller is cancelled (a client that hangs up
-    mid-deployment must not leave the source half switched); its outcome is then logged."""
+    mid-deployment must not leave the source half switched); with nobody left to tell, its
+    outcome is then logged (only then: the caller reports it otherwise)."""
     task = asyncio.ensure_future(operation)
-    task.add_done_callback(_log_orphan)
-    return await asyncio.shield(task)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_log_orphan)
+        raise
 
 
 def _log_orphan(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.info("deployment operation ended: %s", task.exception())
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is None:
+        log.info("deployment operation finished after its client went away")
+    else:
+        log.info("deployment operation ended after its client went away: %s", error)
 
 
 def _names(models: Iterable[tuple[str, str]]) -> set[str]:

@@ -12,6 +12,7 @@ server reads the records at start and serves each deployment's current folder ag
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,7 +20,9 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from fnserve.errors import InvalidInputError, ModelNotFoundError
+from fnserve.errors import InvalidInputError, ModelNotFoundError, RepositoryError
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _RECORD = "deployment.json"
@@ -103,7 +106,15 @@ class DeploymentStore:
         """Every deployment with a record, by name."""
         if not self.root.is_dir():
             return []
-        return [self.load(d.name) for d in sorted(self.root.iterdir()) if (d / _RECORD).is_file()]
+        found = []
+        for folder in sorted(self.root.iterdir()):
+            if not (folder / _RECORD).is_file():
+                continue
+            try:
+                found.append(self.load(folder.name))
+            except RepositoryError as exc:  # one broken record must not hide the others
+                log.error("%s", exc)
+        return found
 
     def serving_folders(self) -> list[Path]:
         """The folders of every deployment's current version (what a restarted server serves)."""
@@ -119,17 +130,24 @@ class DeploymentStore:
         path = self.root / name / _RECORD
         if not path.is_file():
             return Deployment(name)
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        versions = tuple(
-            DeployedVersion(
-                int(v["version"]),
-                str(v["digest"]),
-                float(v["deployed_at"]),
-                tuple((str(m), str(n)) for m, n in v["models"]),
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            versions = tuple(
+                DeployedVersion(
+                    int(v["version"]),
+                    str(v["digest"]),
+                    float(v["deployed_at"]),
+                    tuple((str(m), str(n)) for m, n in v["models"]),
+                )
+                for v in doc["versions"]
             )
-            for v in doc["versions"]
-        )
-        return Deployment(name, int(doc["current"]), versions)
+            return Deployment(name, int(doc["current"]), versions)
+        except (OSError, UnicodeError, ValueError, KeyError, TypeError) as exc:
+            # Written atomically by this store, so only a hand edit or a failing disk gets here.
+            raise RepositoryError(
+                f"the record of deployment '{name}' ({path}) cannot be read ({exc!r}); "
+                f"restore it, or delete {path.parent} to drop the deployment"
+            ) from exc
 
     def add(self, name: str, digest: str, models: tuple[tuple[str, str], ...]) -> Deployment:
         """Record a newly served content of `name` as its next, current version."""

@@ -9,16 +9,22 @@ edited code. A file that fails to import is reported, never fatal here: the call
 It also remembers which models each file and model directory held at the last scan, so a
 watcher can tell which models a changed path touches (`rescan`), also those a file no longer
 defines. Scans run one at a time (each on a worker thread).
+
+Paths may be the local copies of remote repositories (`s3://...`, see `mirror.py`). When no
+poller keeps them up to date, `scan()` syncs them first, so a repository `load` reads the
+bucket again, as Triton's does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fnserve.errors import RepositoryError
 from fnserve.repository.discover import (
     Definition,
     Discovery,
@@ -28,7 +34,10 @@ from fnserve.repository.discover import (
     import_file,
     model_paths,
 )
+from fnserve.repository.mirror import RepositoryMirror
 from fnserve.repository.model_dirs import ModelDirs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,11 +51,16 @@ class ModelSource:
     """Model paths (files and folders) and what each file held when last imported.
 
     Args:
-        paths: what `fnserve serve` was given.
+        paths: what `fnserve serve` was given (remote repositories as their local copies).
+        synced_on_scan: copies of remote repositories to sync before each scan (none when a
+            poller syncs them: in poll mode and with `--watch`).
     """
 
-    def __init__(self, paths: Iterable[str | Path]) -> None:
+    def __init__(
+        self, paths: Iterable[str | Path], synced_on_scan: Sequence[RepositoryMirror] = ()
+    ) -> None:
         self.paths = [Path(p) for p in paths]
+        self._synced_on_scan = list(synced_on_scan)
         self._files: dict[Path, _Imported] = {}
         self._model_dirs = ModelDirs()
         self._origins: dict[Path, frozenset[str]] = {}  # file or model dir: its model names
@@ -67,7 +81,20 @@ class ModelSource:
             RepositoryError: a path no longer exists.
         """
         with self._lock:
+            self._sync_remote()
             return self._scan()
+
+    def _sync_remote(self) -> None:
+        """Sync the remote repositories; one that cannot be read is served from its cache
+        (a bucket out of reach must not fail the load of a deployment or a local model)."""
+        for mirror in self._synced_on_scan:
+            try:
+                report = mirror.sync()
+            except RepositoryError as exc:
+                log.warning("%s; serving its cached copy", exc.message)
+                continue
+            if report.changed:
+                log.info("%s", report.describe())
 
     def rescan(self, changed: Iterable[Path]) -> tuple[Discovery, set[str]]:
         """`scan()`, and the names of the models the files and model directories at or under

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import resource
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from fnserve.config.server import ServerConfig
@@ -21,6 +21,8 @@ from fnserve.errors import StartupError, UnavailableError
 from fnserve.jobs.service import JobService
 from fnserve.jobs.settings import JobSettings
 from fnserve.jobs.store import open_store
+from fnserve.repository.mirror import RepositoryMirror
+from fnserve.repository.mirror_poll import MirrorPoller
 from fnserve.repository.watch import RepositoryWatcher
 from fnserve.runtime import Runtime
 from fnserve.server.access import access_policies
@@ -123,6 +125,7 @@ async def serve(
     config: ServerConfig,
     shutdown: asyncio.Event,
     on_ready: Callable[[BoundPorts], None] | None = None,
+    mirrors: Sequence[RepositoryMirror] = (),
 ) -> None:
     """Serve until `shutdown` is set, then drain and return.
 
@@ -131,6 +134,8 @@ async def serve(
         config: ports, limits and timeouts.
         shutdown: set it to stop the server.
         on_ready: called once every frontend listens, with the bound ports.
+        mirrors: the local copies of remote repositories among the runtime's model paths
+            (already synced): polled instead of watched, in poll mode and with `--watch`.
     """
     access = access_policies(config)  # before binding: a bad token file binds nothing
     tls = server_contexts(config)  # bad TLS files fail before anything binds or loads
@@ -170,14 +175,14 @@ async def serve(
     metrics_task = asyncio.create_task(
         serve_http(metrics_app(runtime, jobs), metrics_sock, config, frontends_stop)
     )
-    watcher = None
+    watchers: list[RepositoryWatcher | MirrorPoller] = []
     try:
-        watcher = await _watch(runtime, config)
+        watchers = await _watch(runtime, config, mirrors)
         if on_ready is not None:
             on_ready(ports)
         await shutdown.wait()
     finally:
-        if watcher is not None:
+        for watcher in watchers:
             await watcher.aclose()
         if jobs is not None:  # jobs it runs go back to the queue before online ones drain
             await jobs.stop_worker()
@@ -217,14 +222,27 @@ async def _start_jobs(runtime: Runtime, config: ServerConfig) -> JobService | No
     return service
 
 
-async def _watch(runtime: Runtime, config: ServerConfig) -> RepositoryWatcher | None:
-    """Watch the model paths when asked to (`--watch`, poll mode): changes reload models."""
+async def _watch(
+    runtime: Runtime, config: ServerConfig, mirrors: Sequence[RepositoryMirror]
+) -> list[RepositoryWatcher | MirrorPoller]:
+    """Watch the model paths when asked to (`--watch`, poll mode): changes reload models.
+    Local paths are watched; the copies of remote repositories are synced by polling them
+    (a bucket sends no events, and a sync must not be seen half done)."""
     settings = config.watch_settings()
-    if settings is None or not runtime.model_paths:
-        return None
-    watcher = RepositoryWatcher(runtime.model_paths, runtime.reload_changed, settings)
-    await watcher.start()
-    return watcher
+    if settings is None:
+        return []
+    watchers: list[RepositoryWatcher | MirrorPoller] = []
+    copies = {m.path for m in mirrors}
+    local = [p for p in runtime.model_paths if p.resolve() not in copies]
+    if local:
+        watcher = RepositoryWatcher(local, runtime.reload_changed, settings)
+        await watcher.start()
+        watchers.append(watcher)
+    if mirrors:
+        poller = MirrorPoller(mirrors, runtime.reload_changed, settings.poll_interval_s)
+        poller.start()
+        watchers.append(poller)
+    return watchers
 
 
 async def _shut_down(runtime: Runtime, config: ServerConfig) -> None:

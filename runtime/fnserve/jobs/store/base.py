@@ -48,7 +48,7 @@ class JobStore(Protocol):
         state: JobState | None = None,
         limit: int = 100,
         after: str | None = None,
-    ) -> builtins.list[Job]:
+    ) -> builtins.list[Job]:  # `list` is the method's name in this scope
         """Jobs, newest first (created_at desc, id desc), filtered; `after` is the id of the
         last job of the previous page (paging is stable while jobs are added)."""
         ...
