@@ -53,3 +53,13 @@ def test_one_job_at_a_time_while_online_traffic_runs(tmp_path: Path) -> None:
         alone = _job_rows(client, 16)
     assert set(during) == {1}
     assert max(alone) > 1  # without online traffic jobs fill batches again
+
+
+def test_the_window_bounds_the_jobs_in_a_models_queue(tmp_path: Path) -> None:
+    with (
+        job_server(tmp_path, jobs_workers=3) as server,
+        httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client,
+    ):
+        rows = _job_rows(client, 24)
+    assert max(rows) <= 3  # never more than the window in the model's queue (batch of 8)
+    assert max(rows) > 1
