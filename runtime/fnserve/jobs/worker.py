@@ -78,6 +78,7 @@ class JobWorker:
         self._on_outcome = on_outcome
         self._running: dict[str, _Running] = {}
         self._drained: set[str] = set()  # models whose last claim found fewer jobs than asked
+        self._store_down = False
         self._wakeup = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
 
@@ -127,7 +128,13 @@ class JobWorker:
             try:
                 await self._claim()
             except Exception:  # a store outage must not stop the worker for good
-                log.exception("jobs: claiming failed; trying again")
+                if not self._store_down:  # once per outage, not once per poll
+                    log.exception("jobs: claiming failed; trying again every poll")
+                self._store_down = True
+            else:
+                if self._store_down:
+                    log.info("jobs: the job store answers again")
+                self._store_down = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self._settings.poll_interval_s)
 
