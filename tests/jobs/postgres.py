@@ -91,7 +91,10 @@ class PostgresServer:
                 "no PostgreSQL binaries: install the test dependency group (pgserver bundles "
                 "them) or Debian's postgresql package, or set FNSERVE_TEST_PG_BINDIR"
             )
-        base = Path(tempfile.mkdtemp(prefix="fnserve-pg-"))
+        # As root, postgres runs as `nobody`, which must reach the folder: /tmp always lets it
+        # (a $TMPDIR under /root would not).
+        where = "/tmp" if os.geteuid() == 0 and os.path.isdir("/tmp") else None
+        base = Path(tempfile.mkdtemp(prefix="fnserve-pg-", dir=where))
         try:
             return cls._start(bindir, base, durable, timeout_s)
         except BaseException:
