@@ -2,7 +2,7 @@
 the same model, against p99 without them (goal: within 1.5x).
 
     python benchmarks/jobs_backlog.py [--jobs 10000] [--seconds 8] [--rounds 2]
-                                      [--server-cpu 0] [--client-cpu 1]
+                                      [--online-workers 1] [--server-cpu 0] [--client-cpu 1]
 
 Serves `benchmarks/anchor_models.py` (the anchors' numpy MLP, max batch 64, dynamic
 batching) with `fnserve serve` pinned to one core, its job store in a temporary --state-dir,
@@ -171,7 +171,8 @@ def _wait_drained(metrics: str, timeout_s: float = 120) -> float:
 
 def one_round(args: argparse.Namespace, body: Path, state: str) -> dict[str, float]:
     """Quiet run, prefill, loaded run, drain, quiet run again; the figures of the round."""
-    flags = ("--state-dir", state, "--jobs-max-backlog", str(args.jobs * 2))
+    flags = ("--state-dir", state, "--jobs-max-backlog", str(args.jobs * 2),
+             "--jobs-online-workers", str(args.online_workers))  # fmt: skip
     models = [HERE / "anchor_models.py"]
     proc, base = serve_pinned(models, args.server_cpu, *flags)
     try:
@@ -214,6 +215,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--online-workers", type=int, default=1, help="--jobs-online-workers")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
     args = parser.parse_args()

@@ -77,6 +77,7 @@ class JobWorker:
         self._settings = settings
         self._on_outcome = on_outcome
         self._running: dict[str, _Running] = {}
+        self._drained: set[str] = set()  # models whose last claim found fewer jobs than asked
         self._wakeup = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
 
@@ -131,20 +132,52 @@ class JobWorker:
                 await asyncio.wait_for(self._wakeup.wait(), self._settings.poll_interval_s)
 
     async def _claim(self) -> None:
-        busy = self._runtime.online_idle_s() < _ONLINE_QUIET_S
-        for model, window in self._windows().items():
-            if busy:
-                window = min(window, max(self._settings.online_workers, 1))
-            free = window - sum(1 for r in self._running.values() if r.model == model)
-            if free <= 0:
-                continue
+        wanted = self._free_slots()
+        drained = [model for model in wanted if model in self._drained]
+        if drained:
+            # One cheap count for every model whose queue looked empty, rather than one claim
+            # query per model per poll while the server idles.
+            claimable = await self._claimable()
+            for model in drained:
+                if model not in claimable:
+                    del wanted[model]
+        for model, free in wanted.items():
             claims = await self._store.claim(
                 self.id, free, self._settings.lease_s, time.time(), models=[model]
             )
+            if len(claims) < free:
+                self._drained.add(model)
+            else:
+                self._drained.discard(model)
             for claim in claims:
                 running = _Running(claim.job.model, claim.attempt)
                 self._running[claim.job.id] = running
                 running.task = asyncio.create_task(self._run(claim, running))
+
+    def _free_slots(self) -> dict[str, int]:
+        """Per model, how many more jobs it may have in flight now."""
+        busy = self._runtime.online_idle_s() < _ONLINE_QUIET_S
+        free: dict[str, int] = {}
+        for model, window in self._windows().items():
+            if busy:
+                window = min(window, max(self._settings.online_workers, 1))
+            room = window - self._held(model)
+            if room > 0:
+                free[model] = room
+        return free
+
+    def _held(self, model: str) -> int:
+        return sum(1 for r in self._running.values() if r.model == model)
+
+    async def _claimable(self) -> set[str]:
+        """Models with jobs queued, or running more than here (a lease may have expired)."""
+        claimable = set()
+        for counts in await self._store.counts():
+            queued = counts.by_state.get(JobState.QUEUED, 0)
+            running = counts.by_state.get(JobState.RUNNING, 0)
+            if queued or running > self._held(counts.model):
+                claimable.add(counts.model)
+        return claimable
 
     def _windows(self) -> dict[str, int]:
         """Per model served here (ready, or scaled to zero), the jobs it may have in flight."""
