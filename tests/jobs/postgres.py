@@ -49,6 +49,8 @@ def find_bindir() -> Path | None:
     """The folder holding `initdb` and `postgres`, or None when there is none."""
     candidates: list[Path] = []
     if override := os.environ.get("FNSERVE_TEST_PG_BINDIR"):
+        if not (Path(override) / "postgres").exists():
+            raise PostgresUnavailableError(f"FNSERVE_TEST_PG_BINDIR={override} has no postgres")
         return Path(override)
     candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=_version, reverse=True)
     if pg_ctl := shutil.which("pg_ctl"):
