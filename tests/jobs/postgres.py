@@ -49,6 +49,8 @@ def find_bindir() -> Path | None:
     """The folder holding `initdb` and `postgres`, or None when there is none."""
     candidates: list[Path] = []
     if override := os.environ.get("FNSERVE_TEST_PG_BINDIR"):
+        if not (Path(override) / "postgres").exists():
+            raise PostgresUnavailableError(f"FNSERVE_TEST_PG_BINDIR={override} has no postgres")
         return Path(override)
     candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=_version, reverse=True)
     if pg_ctl := shutil.which("pg_ctl"):
@@ -91,7 +93,10 @@ class PostgresServer:
                 "no PostgreSQL binaries: install the test dependency group (pgserver bundles "
                 "them) or Debian's postgresql package, or set FNSERVE_TEST_PG_BINDIR"
             )
-        base = Path(tempfile.mkdtemp(prefix="fnserve-pg-"))
+        # As root, postgres runs as `nobody`, which must reach the folder: /tmp always lets it
+        # (a $TMPDIR under /root would not).
+        where = "/tmp" if os.geteuid() == 0 and os.path.isdir("/tmp") else None
+        base = Path(tempfile.mkdtemp(prefix="fnserve-pg-", dir=where))
         try:
             return cls._start(bindir, base, durable, timeout_s)
         except BaseException:

@@ -104,9 +104,9 @@ async def kill_mid_run(server: ServerProcess, db: Database) -> set[str]:
     return held
 
 
-async def wait_all_succeeded(db: Database, timeout_s: float = 120) -> None:
+async def wait_all_succeeded(db: Database, total: int = JOBS, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
-    while (states := await db.states()).get("succeeded", 0) < JOBS:
+    while (states := await db.states()).get("succeeded", 0) < total:
         assert time.monotonic() < deadline, f"jobs did not all succeed: {states}"
         assert states.keys() <= {"queued", "running", "succeeded"}, states
         await asyncio.sleep(0.2)
@@ -123,7 +123,12 @@ async def check_every_job(server: ServerProcess, db: Database, jobs: dict[str, f
     assert {state for state, _ in stored.values()} == {"succeeded"}
     assert all(stored[job_id][1] >= 2 for job_id in held)  # taken over after the lease
     (results,) = await db.rows("SELECT count(*), count(DISTINCT job_id) FROM fnserve_job_results")
-    assert results == (JOBS, JOBS)
+    assert results == (len(jobs), len(jobs))
+    await check_results(server, jobs)
+
+
+async def check_results(server: ServerProcess, jobs: dict[str, float]) -> None:
+    """Each job's result over HTTP is 2 * its input."""
     limit = asyncio.Semaphore(16)
 
     async def check(client: httpx.AsyncClient, job_id: str, value: float) -> None:
@@ -160,3 +165,38 @@ async def test_second_server_finishes_the_jobs_of_a_killed_one(
         await wait_all_succeeded(db)
         assert survivor.proc.poll() is None
         await check_every_job(survivor, db, jobs, held)
+
+
+async def test_jobs_acknowledged_before_a_kill_survive_it(target: str, tmp_path: Path) -> None:
+    """Killed while 16 clients submit: every job answered 202 was stored and runs."""
+    db = Database(target)
+    acknowledged: dict[str, float] = {}
+    enough = asyncio.Event()
+
+    async def submitter(client: httpx.AsyncClient, value: float) -> None:
+        while True:
+            body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 1], "data": [value]}]}
+            try:
+                response = await client.post("/v2/models/slow_double/jobs", json=body)
+            except httpx.HTTPError:
+                return  # the server died with this request in flight: not acknowledged
+            assert response.status_code == 202, response.text
+            acknowledged[response.json()["id"]] = value
+            if len(acknowledged) >= 300:
+                enough.set()
+            value += 16
+
+    with await serve(target, tmp_path / "state") as server:
+        async with httpx.AsyncClient(base_url=server.http, timeout=30) as client:
+            submitters = [asyncio.create_task(submitter(client, float(i))) for i in range(16)]
+            await asyncio.wait_for(enough.wait(), 60)
+            server.proc.send_signal(signal.SIGKILL)
+            server.proc.wait(10)
+            await asyncio.gather(*submitters)
+    stored = {str(row[0]) for row in await db.rows("SELECT id FROM fnserve_jobs")}
+    assert set(acknowledged) <= stored  # none acknowledged was lost
+    with await serve(target, tmp_path / "state") as restarted:
+        await wait_all_succeeded(db, total=len(stored))
+        await check_results(restarted, acknowledged)
+    (results,) = await db.rows("SELECT count(*), count(DISTINCT job_id) FROM fnserve_job_results")
+    assert results == (len(stored), len(stored))

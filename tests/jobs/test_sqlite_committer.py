@@ -118,3 +118,15 @@ async def test_a_connection_that_fails_fails_start(tmp_path: Path) -> None:
 
     with pytest.raises(sqlite3.OperationalError, match="unable to open"):
         await SQLiteCommitter(broken, "test-committer").start()
+
+
+async def test_calls_after_stop_are_refused(connector: Connector) -> None:
+    committer = SQLiteCommitter(connector, "test-committer")
+    await committer.start()
+    pending = asyncio.ensure_future(committer.call(insert(1)))
+    await asyncio.sleep(0)  # queued
+    await committer.stop()
+    assert await pending == 1  # made before the stop: finished
+    with pytest.raises(RuntimeError, match="closed"):
+        await committer.call(insert(2))
+    await committer.stop()  # twice is fine

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -507,3 +508,12 @@ async def _sql(target: str, statement: str) -> object:
             db.close()
 
     return await asyncio.to_thread(run)
+
+
+def test_a_postgres_url_without_the_driver_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # import asyncpg now fails
+    monkeypatch.delitem(sys.modules, "fnserve.jobs.store.postgres", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'fnserve\[postgres\]'"):
+        open_store("postgresql://u@h/db")

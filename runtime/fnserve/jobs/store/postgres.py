@@ -25,7 +25,7 @@ from fnserve.jobs.store.rows import (
 
 try:
     import asyncpg
-except ImportError as exc:  # pragma: no cover - the extra is in the test environment
+except ImportError as exc:  # the driver is an extra: say how to install it
     raise ImportError(
         "a postgresql:// jobs database needs the asyncpg driver: "
         "pip install 'fnserve[postgres]' (or: pip install asyncpg)"

@@ -40,6 +40,8 @@ class SQLiteCommitter:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._started: Future[None] = Future()
+        self._closing = threading.Lock()  # no call is queued behind the stop marker
+        self._closed = False
 
     async def start(self) -> None:
         """Start the thread and connect; raises what connecting raised."""
@@ -52,13 +54,21 @@ class SQLiteCommitter:
         A caller cancelled while its call waits drops the call; once it runs, it completes.
         """
         future: Future[T] = Future()
-        self._calls.put((fn, future))
+        with self._closing:
+            if self._closed:
+                raise RuntimeError("the job store is closed")
+            self._calls.put((fn, future))
         return await asyncio.wrap_future(future)
 
     async def stop(self) -> None:
         """Finish the calls already made, close the connection and end the thread."""
-        self._calls.put(None)
-        await asyncio.to_thread(self._thread.join)
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            self._calls.put(None)
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join)
 
     def _main(self) -> None:
         try:
