@@ -8,7 +8,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 from tritonclient.grpc import model_config_pb2 as triton_config, service_pb2 as triton_service
 
-from fnserve.protocol import grpc_service_pb2, model_config_pb2
+from fnserve.protocol import grpc_service_pb2, jobs_pb2, model_config_pb2
 from fnserve.server.grpc.service import grpc_services
 
 
@@ -69,3 +69,13 @@ def test_every_rpc_and_the_health_check_are_routed() -> None:
         "/grpc.health.v1.Health/Check",
         "/grpc.health.v1.Health/Watch",
     }
+
+
+def test_the_jobs_service_routes_every_rpc_when_jobs_are_on() -> None:
+    services = grpc_services(runtime=None, jobs=object())  # type: ignore[arg-type]
+    jobs = services[-1]
+    descriptor = jobs_pb2.DESCRIPTOR.services_by_name["Jobs"]
+    assert set(jobs.__mapping__()) == {
+        f"/fnserve.jobs.v1.Jobs/{m.name}" for m in descriptor.methods
+    }
+    assert len(grpc_services(runtime=None)) == 2  # type: ignore[arg-type]
