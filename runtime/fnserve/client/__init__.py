@@ -14,8 +14,9 @@ with JobsClient("http://127.0.0.1:8000", token=None) as client:
 here (tensors, the job records), never the server.
 """
 
+from fnserve.client.calls import JobPage, tls_context
 from fnserve.client.errors import JobsError, WaitTimeoutError
-from fnserve.client.jobs import AsyncJobsClient, JobPage, JobsClient, tls_context
+from fnserve.client.jobs import AsyncJobsClient, JobsClient
 from fnserve.client.wire import Job
 from fnserve.jobs.model import JobState
 

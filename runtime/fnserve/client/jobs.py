@@ -1,7 +1,7 @@
 """`JobsClient` and `AsyncJobsClient`: fnserve's jobs API over HTTP(S), on httpx.
 
-Both share `_Calls`, which builds each request and reads each answer; the two classes only
-send. Every refusal raises `JobsError` with the server's own message and HTTP status.
+Both send what `calls.Calls` builds and read answers with it; every refusal raises `JobsError`
+with the server's own message and HTTP status.
 
 Example:
     ```python
@@ -17,161 +17,24 @@ from __future__ import annotations
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import quote
 
 import httpx
 import numpy as np
 
+from fnserve.client.calls import (
+    DEFAULT_TIMEOUT_S,
+    Calls,
+    JobPage,
+    client_options,
+    document,
+    poll_timeout,
+    remaining,
+)
 from fnserve.client.errors import JobsError, WaitTimeoutError
-from fnserve.client.wire import HEADER_LENGTH, Body, Job, decode_outputs, infer_body
+from fnserve.client.wire import Body, Job, infer_body
 from fnserve.jobs.model import JobState
-
-# A long poll is answered after `wait` seconds at the latest: give the read that much more.
-_POLL_SLACK_S = 30.0
-# The longest single long poll asked for; the server may cap it lower (--jobs-max-wait).
-MAX_POLL_S = 60.0
-DEFAULT_TIMEOUT_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class JobPage:
-    """One page of `GET /v2/jobs`: the jobs, and the token of the next page (None: last)."""
-
-    jobs: list[Job]
-    next_page_token: str | None
-
-
-def tls_context(
-    cacert: str | None = None, cert: str | None = None, key: str | None = None
-) -> ssl.SSLContext:
-    """TLS settings: `cacert` verifies the server (default: the system's CAs); `cert` and `key`
-    are this client's certificate for mutual TLS.
-
-    Raises:
-        JobsError: a file cannot be read or holds no PEM certificate or key.
-    """
-    try:
-        context = ssl.create_default_context(cafile=cacert or None)
-        if cert:
-            context.load_cert_chain(cert, key or None)
-    except (OSError, ssl.SSLError) as exc:
-        raise JobsError(f"cannot use the TLS files: {exc}") from exc
-    return context
-
-
-class _Calls:
-    """Builds the requests of the jobs API and reads their answers (no I/O)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = (url if "://" in url else f"http://{url}").rstrip("/")
-
-    def submit(
-        self,
-        model: str,
-        body: Body,
-        version: str,
-        idempotency_key: str | None,
-        callback_url: str | None,
-    ) -> httpx.Request:
-        path = f"/v2/models/{quote(model, safe='')}"
-        if version:
-            path += f"/versions/{quote(version, safe='')}"
-        headers = dict(body.headers)
-        if idempotency_key is not None:
-            headers["Idempotency-Key"] = idempotency_key
-        if callback_url is not None:
-            headers["Callback-URL"] = callback_url
-        return httpx.Request(
-            "POST", f"{self.url}{path}/jobs", content=body.content, headers=headers
-        )
-
-    def get(self, job_id: str, wait_s: float) -> httpx.Request:
-        params = {"wait": _seconds(wait_s)} if wait_s > 0 else {}
-        return httpx.Request("GET", self._job(job_id), params=params)
-
-    def result(self, job_id: str) -> httpx.Request:
-        return httpx.Request("GET", self._job(job_id) + "/result")
-
-    def cancel(self, job_id: str) -> httpx.Request:
-        return httpx.Request("POST", self._job(job_id) + "/cancel")
-
-    def page(
-        self, model: str | None, state: JobState | str | None, limit: int, page_token: str | None
-    ) -> httpx.Request:
-        params: dict[str, str | int] = {"limit": limit}
-        if model:
-            params["model"] = model
-        if state:
-            params["state"] = JobState(state).value
-        if page_token:
-            params["page_token"] = page_token
-        return httpx.Request("GET", f"{self.url}/v2/jobs", params=params)
-
-    def _job(self, job_id: str) -> str:
-        if not job_id:
-            raise JobsError("the job id is empty")
-        return f"{self.url}/v2/jobs/{quote(job_id, safe='')}"
-
-    @staticmethod
-    def job(response: httpx.Response) -> Job:
-        return Job.from_json(_document(response))
-
-    @staticmethod
-    def outputs(response: httpx.Response) -> dict[str, np.ndarray]:
-        _check(response)
-        try:
-            return decode_outputs(response.content, response.headers.get(HEADER_LENGTH))
-        except ValueError as exc:
-            message = f"the server's answer is not a result: {exc}"
-            raise JobsError(message, response.status_code) from None
-
-    @staticmethod
-    def page_of(response: httpx.Response) -> JobPage:
-        doc = _document(response)
-        return JobPage([Job.from_json(j) for j in doc["jobs"]], doc.get("next_page_token"))
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.3f}".rstrip("0").rstrip(".")
-
-
-def _check(response: httpx.Response) -> None:
-    """Raise the server's refusal as a JobsError (its `error` message, its status)."""
-    if response.is_success:
-        return
-    try:
-        message = str(response.json()["error"])
-    except (ValueError, KeyError, TypeError):
-        message = response.text.strip() or response.reason_phrase
-    raise JobsError(message, response.status_code)
-
-
-def _document(response: httpx.Response) -> Any:
-    _check(response)
-    try:
-        return response.json()
-    except ValueError:
-        raise JobsError("the server's answer is not JSON", response.status_code) from None
-
-
-def _client_options(
-    token: str | None, verify: ssl.SSLContext | str | bool, timeout_s: float
-) -> dict[str, Any]:
-    if isinstance(verify, str):
-        verify = tls_context(verify)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return {"headers": headers, "verify": verify, "timeout": timeout_s}
-
-
-def _poll_timeout(wait_s: float, timeout_s: float) -> httpx.Timeout:
-    return httpx.Timeout(timeout_s, read=wait_s + _POLL_SLACK_S)
-
-
-def _remaining(deadline: float | None) -> float:
-    return MAX_POLL_S if deadline is None else min(deadline - time.monotonic(), MAX_POLL_S)
 
 
 class JobsClient:
@@ -192,9 +55,9 @@ class JobsClient:
         verify: ssl.SSLContext | str | bool = True,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self._calls = _Calls(url)
+        self._calls = Calls(url)
         self._timeout_s = timeout_s
-        self._http = httpx.Client(**_client_options(token, verify, timeout_s))
+        self._http = httpx.Client(**client_options(token, verify, timeout_s))
 
     @property
     def url(self) -> str:
@@ -231,7 +94,7 @@ class JobsClient:
     ) -> Job:
         """Queue a ready-made `/infer` body (see `submit`)."""
         request = self._calls.submit(model, body, version, idempotency_key, callback_url)
-        return _Calls.job(self._send(request))
+        return Calls.job(self._send(request))
 
     def get(self, job_id: str, wait_s: float = 0) -> Job:
         """The job; with `wait_s` seconds, answered once it ends or after that long (the
@@ -241,8 +104,8 @@ class JobsClient:
             JobsError: unknown job (404).
         """
         request = self._calls.get(job_id, wait_s)
-        request.extensions["timeout"] = _poll_timeout(wait_s, self._timeout_s).as_dict()
-        return _Calls.job(self._send(request))
+        request.extensions["timeout"] = poll_timeout(wait_s, self._timeout_s).as_dict()
+        return Calls.job(self._send(request))
 
     def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
         """Long-poll until the job ends; the ended job.
@@ -252,9 +115,9 @@ class JobsClient:
             JobsError: unknown job (404).
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        job = self.get(job_id, max(_remaining(deadline), 0))
+        job = self.get(job_id, max(remaining(deadline), 0))
         while not job.done:
-            left = _remaining(deadline)
+            left = remaining(deadline)
             if left <= 0:
                 raise WaitTimeoutError(job, timeout_s or 0)
             job = self.get(job_id, left)
@@ -266,11 +129,11 @@ class JobsClient:
         Raises:
             JobsError: unknown job (404), a job not succeeded (409: its state, its error).
         """
-        return _Calls.outputs(self._send(self._calls.result(job_id)))
+        return Calls.outputs(self._send(self._calls.result(job_id)))
 
     def cancel(self, job_id: str) -> Job:
         """Cancel a queued or running job; the job as it is now (an ended job is unchanged)."""
-        return _Calls.job(self._send(self._calls.cancel(job_id)))
+        return Calls.job(self._send(self._calls.cancel(job_id)))
 
     def page(
         self,
@@ -280,7 +143,7 @@ class JobsClient:
         page_token: str | None = None,
     ) -> JobPage:
         """One page of jobs, newest first."""
-        return _Calls.page_of(self._send(self._calls.page(model, state, limit, page_token)))
+        return Calls.page_of(self._send(self._calls.page(model, state, limit, page_token)))
 
     def list(
         self,
@@ -302,6 +165,15 @@ class JobsClient:
             token = page.next_page_token
             if not token or not page.jobs:
                 return
+
+    def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        """The model's KServe v2 metadata (its inputs' names, datatypes and shapes).
+
+        Raises:
+            JobsError: unknown model (404).
+        """
+        doc: dict[str, Any] = document(self._send(self._calls.metadata(model, version)))
+        return doc
 
     def _send(self, request: httpx.Request) -> httpx.Response:
         try:
@@ -335,9 +207,9 @@ class AsyncJobsClient:
         verify: ssl.SSLContext | str | bool = True,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self._calls = _Calls(url)
+        self._calls = Calls(url)
         self._timeout_s = timeout_s
-        self._http = httpx.AsyncClient(**_client_options(token, verify, timeout_s))
+        self._http = httpx.AsyncClient(**client_options(token, verify, timeout_s))
 
     @property
     def url(self) -> str:
@@ -367,20 +239,20 @@ class AsyncJobsClient:
     ) -> Job:
         """See `JobsClient.submit_body`."""
         request = self._calls.submit(model, body, version, idempotency_key, callback_url)
-        return _Calls.job(await self._send(request))
+        return Calls.job(await self._send(request))
 
     async def get(self, job_id: str, wait_s: float = 0) -> Job:
         """See `JobsClient.get`."""
         request = self._calls.get(job_id, wait_s)
-        request.extensions["timeout"] = _poll_timeout(wait_s, self._timeout_s).as_dict()
-        return _Calls.job(await self._send(request))
+        request.extensions["timeout"] = poll_timeout(wait_s, self._timeout_s).as_dict()
+        return Calls.job(await self._send(request))
 
     async def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
         """See `JobsClient.wait`."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        job = await self.get(job_id, max(_remaining(deadline), 0))
+        job = await self.get(job_id, max(remaining(deadline), 0))
         while not job.done:
-            left = _remaining(deadline)
+            left = remaining(deadline)
             if left <= 0:
                 raise WaitTimeoutError(job, timeout_s or 0)
             job = await self.get(job_id, left)
@@ -388,11 +260,11 @@ class AsyncJobsClient:
 
     async def result(self, job_id: str) -> dict[str, np.ndarray]:
         """See `JobsClient.result`."""
-        return _Calls.outputs(await self._send(self._calls.result(job_id)))
+        return Calls.outputs(await self._send(self._calls.result(job_id)))
 
     async def cancel(self, job_id: str) -> Job:
         """See `JobsClient.cancel`."""
-        return _Calls.job(await self._send(self._calls.cancel(job_id)))
+        return Calls.job(await self._send(self._calls.cancel(job_id)))
 
     async def page(
         self,
@@ -403,7 +275,7 @@ class AsyncJobsClient:
     ) -> JobPage:
         """See `JobsClient.page`."""
         request = self._calls.page(model, state, limit, page_token)
-        return _Calls.page_of(await self._send(request))
+        return Calls.page_of(await self._send(request))
 
     async def list(
         self,
@@ -425,6 +297,11 @@ class AsyncJobsClient:
             token = page.next_page_token
             if not token or not page.jobs:
                 return
+
+    async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        """See `JobsClient.model_metadata`."""
+        doc: dict[str, Any] = document(await self._send(self._calls.metadata(model, version)))
+        return doc
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,14 @@ class Job:
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a job document: {exc!r}") from None
 
+    def to_json(self) -> dict[str, Any]:
+        """The job as the server's JSON document (times as RFC 3339 UTC strings or null)."""
+        doc = {field: getattr(self, field) for field in self.__slots__}
+        doc["state"] = self.state.value
+        for field in ("created_at", "started_at", "finished_at"):
+            doc[field] = _rfc3339(doc[field])
+        return doc
+
     @property
     def done(self) -> bool:
         """Whether the job has ended (succeeded, failed or cancelled)."""
@@ -85,6 +93,12 @@ def _time(value: Any) -> datetime:
 
 def _optional_time(value: Any) -> datetime | None:
     return None if value is None else _time(value)
+
+
+def _rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,7 @@ def job_message(job: Job) -> jobs_pb2.Job:
         id=job.id,
         model=job.model,
         version=job.version,
-        state=jobs_pb2.JobState.Value(job.state.name),
+        state=job.state.name,  # protobuf takes an enum value by its name
         attempts=job.attempts,
         max_attempts=job.max_attempts,
         created_at=job.created_at,
