@@ -24,7 +24,7 @@ import pytest
 
 PACKAGE = Path(__file__).parents[1] / "runtime" / "fnserve"
 FRONTEND_LIBRARIES = ("starlette", "hypercorn", "uvicorn", "grpclib")
-RANK = {"cli": 0, "bench": 0, "client": 0, "server": 1, "deploy": 2, "runtime": 3,
+RANK = {"cli": 0, "bench": 0, "client": 0, "server": 1, "deploy": 2, "jobs": 2, "runtime": 3,
         "repository": 4, "scheduling": 5, "backends": 6}  # fmt: skip
 BOTTOM = 7  # config, protocol, types, errors, tensors, model, stats, limits, user_modules ...
 ENTRY_POINTS = {"__main__.py"}  # `python -m fnserve` runs the cli

@@ -328,6 +328,73 @@ def main() -> None:
     help="Seconds a deployment's import may take in the child process that checks it.",
 )
 @click.option(
+    "--jobs/--no-jobs",
+    "jobs",
+    default=True,
+    show_default=True,
+    help="Serve durable jobs (POST /v2/models/NAME/jobs, /v2/jobs) from a job store.",
+)
+@click.option(
+    "--jobs-db",
+    default="",
+    metavar="PATH|URL",
+    help="The job store: a SQLite file, or postgresql://... to share one queue between "
+    "servers (default: jobs.db in --state-dir).",
+)
+@click.option(
+    "--jobs-workers",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Jobs of one model this server runs at once (0: the model's max batch size).",
+)
+@click.option(
+    "--jobs-lease",
+    "jobs_lease_s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a claimed job stays this server's without renewal (renewed every third); "
+    "a job whose server died is retried after it.",
+)
+@click.option(
+    "--jobs-max-attempts",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Attempts before a job fails with its last error (invalid input fails at once).",
+)
+@click.option(
+    "--jobs-max-backlog",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Queued jobs one model may hold; one more is refused with 429 / RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--jobs-result-ttl",
+    "jobs_result_ttl_s",
+    default=7 * 24 * 3600.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds finished jobs and their results are kept.",
+)
+@click.option(
+    "--jobs-max-result-bytes",
+    default="64MiB",
+    show_default=True,
+    type=ByteSize(),
+    help="Largest stored job result; a larger one fails its job and nothing is stored.",
+)
+@click.option(
+    "--jobs-max-wait",
+    "jobs_max_wait_s",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Longest long-poll (GET /v2/jobs/ID?wait=SECONDS) a client may ask for.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,

@@ -8,6 +8,7 @@ FnserveError                      (.message; unmapped -> 500 / INTERNAL)
 ├── ModelNotReadyError            503 / UNAVAILABLE        known but not READY
 ├── UnavailableError              503 / UNAVAILABLE
 │   ├── QueueFullError            queue policy max_queue_size reached
+│   │   └── JobBacklogFullError   429 / RESOURCE_EXHAUSTED  a model's job backlog is at its limit
 │   ├── RequestTimeoutError       waited in the queue past its timeout (Triton answers UNAVAILABLE)
 │   └── MemoryBudgetError         503 / RESOURCE_EXHAUSTED a model does not fit --memory-budget
 ├── CancelledError                400 / CANCELLED          the client went away
@@ -19,6 +20,9 @@ FnserveError                      (.message; unmapped -> 500 / INTERNAL)
 ├── ModelExecutionError           500 / INTERNAL           the model raised (wraps the cause)
 │   ├── InstanceBrokenError       the instance itself died (its worker crashed); it is replaced
 │   └── OutOfMemoryError          503 / RESOURCE_EXHAUSTED  out of memory even alone (retryable)
+├── JobNotFoundError              404 / NOT_FOUND          unknown (or expired) job id
+├── JobNotFinishedError           409 / FAILED_PRECONDITION  a job's result asked before it succeeded
+├── JobConflictError              409 / ALREADY_EXISTS     idempotency key reused for another request
 ├── ModelConfigError              raised at import time: a bad `@model` declaration
 └── RepositoryError               500 / INTERNAL           load/unload failures
 ```
@@ -67,6 +71,10 @@ class UnavailableError(FnserveError):
 
 class QueueFullError(UnavailableError):
     """The model's queue is at its `max_queue_size`."""
+
+
+class JobBacklogFullError(QueueFullError):
+    """A model's backlog of queued jobs is at `--jobs-max-backlog`; submit again later."""
 
 
 class RequestTimeoutError(UnavailableError):
@@ -125,6 +133,19 @@ class OutOfMemoryError(ModelExecutionError):
     """
 
 
+class JobNotFoundError(FnserveError):
+    """No job with that id (never submitted, or expired after its result TTL)."""
+
+
+class JobNotFinishedError(FnserveError):
+    """A job's result was asked for while the job has none: still queued or running, failed
+    (the message carries its error) or cancelled."""
+
+
+class JobConflictError(FnserveError):
+    """An idempotency key was reused with a different request."""
+
+
 class ModelConfigError(FnserveError):
     """A model declaration is invalid (raised when the `@model` decorator runs)."""
 
@@ -144,6 +165,10 @@ __all__ = [
     "FnserveError",
     "InstanceBrokenError",
     "InvalidInputError",
+    "JobBacklogFullError",
+    "JobConflictError",
+    "JobNotFinishedError",
+    "JobNotFoundError",
     "MemoryBudgetError",
     "ModelConfigError",
     "ModelExecutionError",

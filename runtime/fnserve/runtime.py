@@ -359,8 +359,23 @@ class Runtime:
 
     # -- inference -----------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    def validate(self, request: InferRequest) -> None:
+        """The checks `infer` makes before queueing (model, version, inputs, outputs,
+        parameters), without running anything: durable jobs are checked when submitted.
+
+        Raises:
+            ModelNotFoundError, ModelNotReadyError, InvalidInputError, UnsupportedError.
+        """
+        handle = self.registry.resolve(request.model_name, request.model_version, True)
+        prepare(handle.config, request).future.cancel()
+
+    async def infer(self, request: InferRequest, *, background: bool = False) -> InferResponse:
         """Run one request through the model's scheduler.
+
+        Args:
+            request: the request.
+            background: run it in the background lane, below every online request (durable
+                jobs use it).
 
         Raises:
             ModelNotFoundError, ModelNotReadyError, InvalidInputError, UnavailableError,
@@ -377,7 +392,7 @@ class Runtime:
         stats = loaded.stats
         self._inflight += 1
         try:
-            entry = prepare(loaded.config, request)
+            entry = prepare(loaded.config, request, background)
             loaded.scheduler.submit_nowait(entry)
             stats.pending += 1
             try:

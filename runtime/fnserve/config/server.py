@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from fnserve.errors import ModelConfigError
@@ -106,6 +107,16 @@ class ServerConfig:
         state_dir: where deployments (`fnserve deploy`) are kept and found after a restart.
         deploy_max_bytes: largest deployment archive (its files may unpack to 8 times that).
         deploy_validate_timeout_s: how long a deployment's import, in a child process, may take.
+        jobs: serve durable jobs (`/v2/jobs`); False: no job endpoints, no job store.
+        jobs_db: the job store: a SQLite file path, or a `postgresql://` URL ("": `jobs.db`
+            in `state_dir`).
+        jobs_workers: jobs of one model this server runs at once (0: its max batch size).
+        jobs_lease_s: how long a claimed job stays this server's without a renewal.
+        jobs_max_attempts: attempts before a job fails with its last error.
+        jobs_max_backlog: queued jobs one model may hold; past it submit answers 429.
+        jobs_result_ttl_s: finished jobs and their results are deleted this long after.
+        jobs_max_result_bytes: largest stored result; a larger one fails its job.
+        jobs_max_wait_s: longest long-poll a client may ask for.
     """
 
     host: str = "127.0.0.1"
@@ -154,6 +165,15 @@ class ServerConfig:
     state_dir: str = ".fnserve-state"
     deploy_max_bytes: int = 64 * 1024 * 1024
     deploy_validate_timeout_s: float = 60.0
+    jobs: bool = True
+    jobs_db: str = field(default="", repr=False)  # a PostgreSQL URL may carry a password
+    jobs_workers: int = 0
+    jobs_lease_s: float = 30.0
+    jobs_max_attempts: int = 3
+    jobs_max_backlog: int = 100_000
+    jobs_result_ttl_s: float = 7 * 24 * 3600.0
+    jobs_max_result_bytes: int = 64 * 1024 * 1024
+    jobs_max_wait_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.execution_timeout_s < 0 or self.shutdown_timeout_s < 0:
@@ -162,7 +182,7 @@ class ServerConfig:
                 f"{self.execution_timeout_s} and shutdown_timeout_s={self.shutdown_timeout_s}"
             )
         for name in ("max_queue_size", "idle_timeout_s", "memory_budget_bytes",
-                     "gpu_memory_budget_bytes"):  # fmt: skip
+                     "gpu_memory_budget_bytes", "jobs_workers", "jobs_max_wait_s"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ModelConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cold_start_timeout_s <= 0:
@@ -216,6 +236,10 @@ class ServerConfig:
             return WatchSettings(False, self.repository_poll_secs)
         return None
 
+    def jobs_store_location(self) -> str:
+        """The job store's SQLite path or PostgreSQL URL (`--jobs-db`, else in `state_dir`)."""
+        return self.jobs_db or str(Path(self.state_dir) / "jobs.db")
+
     def input_limits(self) -> InputLimits:
         """The per-request input limits both codecs apply."""
         return InputLimits(self.max_name_length, self.max_bytes_elements, self.max_gzip_members)
@@ -236,6 +260,11 @@ _POSITIVE = (
     "h2_window_bytes",
     "stream_max_inflight",
     "repository_poll_secs",
+    "jobs_lease_s",
+    "jobs_max_attempts",
+    "jobs_max_backlog",
+    "jobs_result_ttl_s",
+    "jobs_max_result_bytes",
 )
 # HTTP/2 caps flow-control windows at 2^31 - 1 (RFC 9113 §6.9.1); gRPC frames sizes in 32 bits.
 _MAX_31_BIT = 2**31 - 1

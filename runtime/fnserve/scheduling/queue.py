@@ -1,7 +1,10 @@
 """The per-model request queue: priority levels, queue policies (size limits and timeouts).
 
 Level 1 is the highest priority. Requests whose timeout expired under a DELAY policy move to a
-last, lowest level; under REJECT they fail at once with `RequestTimeoutError`.
+last, lowest level; under REJECT they fail at once with `RequestTimeoutError`. Below even that
+is the background lane (durable jobs): its requests are taken only when no online request is
+waiting, so a batch is filled with online requests first and jobs fill what is left. The lane
+has no size limit or timeout of its own: the job worker keeps only a bounded window in it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class QueueStatistics(NamedTuple):
     waiting: int
     per_level: tuple[int, ...]
     delayed: int
+    background: int = 0
 
 
 class RequestQueue:
@@ -49,6 +53,9 @@ class RequestQueue:
         levels = max(self._batching.priority_levels, 1)
         self._levels: list[deque[PendingRequest]] = [deque() for _ in range(levels)]
         self._delayed: deque[PendingRequest] = deque()
+        self._background: deque[PendingRequest] = deque()
+        # every lane, in the order requests are taken from them
+        self._lanes = (*self._levels, self._delayed, self._background)
         self._policies = [self._batching.queue_policy(i + 1) for i in range(levels)]
         self._limits = [p.max_queue_size or default_max_queue_size for p in self._policies]
         self._on_change = on_change
@@ -68,6 +75,11 @@ class RequestQueue:
 
     def put_nowait(self, entry: PendingRequest) -> None:
         """Queue `entry`, or raise QueueFullError when its level is at `max_queue_size`."""
+        if entry.background:
+            self._background.append(entry)
+            self._size += 1
+            self._on_change()
+            return
         entry.level = self.level_of(entry.priority)
         policy = self._policies[entry.level]
         queue = self._levels[entry.level]
@@ -93,7 +105,7 @@ class RequestQueue:
         queue.extend(alive)
 
     def _expire(self, entry: PendingRequest, policy: QueuePolicy) -> None:
-        entry.timer = None
+        entry.timer = None  # background requests never get a timer
         queue = self._levels[entry.level]
         if entry not in queue:
             return  # already taken for execution
@@ -107,8 +119,9 @@ class RequestQueue:
             entry.future.set_exception(RequestTimeoutError("request timeout expired"))
 
     def ordered(self) -> Iterator[PendingRequest]:
-        """Live requests, highest priority first, delayed ones last (dead ones are dropped)."""
-        for queue in (*self._levels, self._delayed):
+        """Live requests, highest priority first, then delayed ones, background ones last
+        (dead ones are dropped)."""
+        for queue in self._lanes:
             while queue and not queue[0].alive:
                 queue.popleft()
                 self._size -= 1
@@ -116,7 +129,7 @@ class RequestQueue:
 
     def pop_next(self) -> PendingRequest | None:
         """Take the first live request (highest priority, then oldest), or None."""
-        for queue in (*self._levels, self._delayed):
+        for queue in self._lanes:
             while queue:
                 entry = queue.popleft()
                 self._size -= 1
@@ -130,7 +143,7 @@ class RequestQueue:
     def remove(self, entries: list[PendingRequest]) -> None:
         """Take `entries` (as chosen by the batch policy) out of the queue."""
         chosen = set(map(id, entries))
-        for queue in (*self._levels, self._delayed):
+        for queue in self._lanes:
             if not queue:
                 continue
             kept = [e for e in queue if id(e) not in chosen]
@@ -145,7 +158,7 @@ class RequestQueue:
 
     def fail_all(self, error: Exception) -> None:
         """Fail every waiting request (used when a model unloads with requests queued)."""
-        for queue in (*self._levels, self._delayed):
+        for queue in self._lanes:
             while queue:
                 entry = queue.popleft()
                 if entry.timer is not None:
@@ -155,7 +168,12 @@ class RequestQueue:
         self._size = 0
 
     def statistics(self) -> QueueStatistics:
-        return QueueStatistics(self._size, tuple(len(q) for q in self._levels), len(self._delayed))
+        return QueueStatistics(
+            self._size,
+            tuple(len(q) for q in self._levels),
+            len(self._delayed),
+            len(self._background),
+        )
 
 
 def _effective_timeout_us(policy: QueuePolicy, requested_us: int) -> int:

@@ -39,6 +39,7 @@ class PendingRequest:
     level: int = 0
     timer: asyncio.TimerHandle | None = None
     call_chain: tuple[str, ...] = ()  # the models it was called from (business logic)
+    background: bool = False  # a durable job's request: runs below every online request
 
     @property
     def alive(self) -> bool:
@@ -46,8 +47,14 @@ class PendingRequest:
         return not self.future.done()
 
 
-def prepare(config: ModelConfig, request: InferRequest) -> PendingRequest:
+def prepare(config: ModelConfig, request: InferRequest, background: bool = False) -> PendingRequest:
     """Validate `request` against `config` and wrap it for the scheduler.
+
+    Args:
+        config: the model's configuration.
+        request: the request as decoded.
+        background: queue it in the background lane (durable jobs), below every priority
+            level; its `priority` and `timeout` parameters are then ignored.
 
     Raises:
         InvalidInputError: the request does not fit the model's declaration.
@@ -69,6 +76,7 @@ def prepare(config: ModelConfig, request: InferRequest) -> PendingRequest:
         parameters=custom,
         enqueued_ns=time.perf_counter_ns(),
         call_chain=request.call_chain,
+        background=background,
     )
 
 

@@ -14,10 +14,14 @@ import logging
 import resource
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 from fnserve.config.server import ServerConfig
 from fnserve.errors import StartupError, UnavailableError
+from fnserve.jobs.service import JobService
+from fnserve.jobs.settings import JobSettings
+from fnserve.jobs.store import open_store
 from fnserve.repository.watch import RepositoryWatcher
 from fnserve.runtime import Runtime
 from fnserve.server.access import access_policies
@@ -142,6 +146,7 @@ async def serve(
     runtime.registry.budget.host_bytes = config.memory_budget_bytes
     runtime.registry.budget.gpu_bytes = config.gpu_memory_budget_bytes
     await runtime.start(config.model_defaults(), config.startup_models())
+    jobs = await _start_jobs(runtime, config)
     config = fit_connections_to_fds(config)
     grpc_server = GrpcServer(grpc_services(runtime, config), config)
     guard_grpc(grpc_server, access.grpc)
@@ -149,7 +154,7 @@ async def serve(
     frontends_stop = asyncio.Event()
     http_task = asyncio.create_task(
         serve_http(
-            guard_http(http_app(runtime, config), access.http),
+            guard_http(http_app(runtime, config, jobs), access.http),
             http_sock,
             config,
             frontends_stop,
@@ -157,7 +162,7 @@ async def serve(
         )
     )
     metrics_task = asyncio.create_task(
-        serve_http(metrics_app(runtime), metrics_sock, config, frontends_stop)
+        serve_http(metrics_app(runtime, jobs), metrics_sock, config, frontends_stop)
     )
     watcher = None
     try:
@@ -168,14 +173,43 @@ async def serve(
     finally:
         if watcher is not None:
             await watcher.aclose()
+        if jobs is not None:  # jobs it runs go back to the queue before online ones drain
+            await jobs.stop_worker()
         await _shut_down(runtime, config)
         grpc_server.close()
         frontends_stop.set()
         await asyncio.gather(
             grpc_server.wait_closed(), http_task, metrics_task, return_exceptions=True
         )
+        if jobs is not None:
+            await jobs.aclose()
         # Nothing runs any more (or it was abandoned): only the instances' release is left.
         await runtime.aclose(drain_timeout_s=0)
+
+
+async def _start_jobs(runtime: Runtime, config: ServerConfig) -> JobService | None:
+    """Open the job store (`--jobs-db`, else `jobs.db` in `--state-dir`) and start the worker;
+    None with `--no-jobs`."""
+    if not config.jobs:
+        return None
+    location = config.jobs_store_location()
+    if not config.jobs_db:
+        Path(config.state_dir).mkdir(parents=True, exist_ok=True)
+    settings = JobSettings(
+        workers=config.jobs_workers,
+        lease_s=config.jobs_lease_s,
+        max_attempts=config.jobs_max_attempts,
+        max_backlog=config.jobs_max_backlog,
+        result_ttl_s=config.jobs_result_ttl_s,
+        max_result_bytes=config.jobs_max_result_bytes,
+        max_wait_s=config.jobs_max_wait_s,
+    )
+    service = JobService(runtime, open_store(location), settings)
+    try:
+        await service.start()
+    except Exception as exc:
+        raise StartupError(f"cannot open the job store: {exc}") from exc
+    return service
 
 
 async def _watch(runtime: Runtime, config: ServerConfig) -> RepositoryWatcher | None:

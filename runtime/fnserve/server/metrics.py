@@ -26,7 +26,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from fnserve.jobs.service import JobService
 from fnserve.runtime import LifecycleRecord, Runtime
+from fnserve.server.jobs_metrics import JobsCollector
 from fnserve.stats import COLD_START_BUCKETS_S, FAILURE_REASONS, LATENCY_BUCKETS_US, ModelStats
 from fnserve.types import IndexEntry, ModelState
 
@@ -271,12 +273,18 @@ def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def metrics_app(runtime: Runtime) -> Starlette:
-    """An ASGI app serving `GET /metrics` (Prometheus text format) for this runtime."""
+def metrics_app(runtime: Runtime, jobs: JobService | None = None) -> Starlette:
+    """An ASGI app serving `GET /metrics` (Prometheus text format) for this runtime (and its
+    durable jobs, when given)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RuntimeCollector(runtime))
+    jobs_collector = None if jobs is None else JobsCollector(jobs)
+    if jobs_collector is not None:
+        registry.register(jobs_collector)
 
     async def metrics(request: Request) -> Response:
+        if jobs_collector is not None:
+            await jobs_collector.refresh()
         return Response(exposition(registry), headers={"content-type": CONTENT_TYPE})
 
     return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])

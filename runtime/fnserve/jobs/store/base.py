@@ -15,6 +15,7 @@ All methods are coroutines: the SQLite store runs its blocking calls off the eve
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Collection
 from typing import Protocol
 
@@ -47,7 +48,7 @@ class JobStore(Protocol):
         state: JobState | None = None,
         limit: int = 100,
         after: str | None = None,
-    ) -> list[Job]:
+    ) -> builtins.list[Job]:
         """Jobs, newest first (created_at desc, id desc), filtered; `after` is the id of the
         last job of the previous page (paging is stable while jobs are added)."""
         ...
@@ -63,7 +64,7 @@ class JobStore(Protocol):
         lease_s: float,
         now: float,
         models: Collection[str] | None = None,
-    ) -> list[Claim]:
+    ) -> builtins.list[Claim]:
         """Take up to `limit` claimable jobs (of `models` when given) for `worker`."""
         ...
 
@@ -92,7 +93,7 @@ class JobStore(Protocol):
         """QUEUED jobs of `model` (the submit limit counts these)."""
         ...
 
-    async def counts(self) -> list[ModelJobCounts]:
+    async def counts(self) -> builtins.list[ModelJobCounts]:
         """Per model, jobs by state and the oldest queued job's time (metrics, `jobs ls`)."""
         ...
 

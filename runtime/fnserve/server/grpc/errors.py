@@ -16,6 +16,10 @@ from fnserve.errors import (
     CancelledError,
     DeadlineExceededError,
     InvalidInputError,
+    JobBacklogFullError,
+    JobConflictError,
+    JobNotFinishedError,
+    JobNotFoundError,
     MemoryBudgetError,
     ModelExecutionError,
     ModelNotFoundError,
@@ -58,6 +62,10 @@ STATUS_BY_ERROR: dict[type[Exception], Status] = {
     # not UNAVAILABLE, which clients (KServe's default retry policy) retry at once and which
     # says the server, not this request, cannot be served.
     OutOfMemoryError: Status.RESOURCE_EXHAUSTED,
+    JobBacklogFullError: Status.RESOURCE_EXHAUSTED,
+    JobNotFoundError: Status.NOT_FOUND,
+    JobNotFinishedError: Status.FAILED_PRECONDITION,
+    JobConflictError: Status.ALREADY_EXISTS,
     ModelExecutionError: Status.INTERNAL,
     RepositoryError: Status.INTERNAL,
     # protobuf could not parse the request: the client sent a malformed message.

@@ -20,7 +20,11 @@ _MODEL = r"/v2/models/[^/]+(?:/versions/[0-9]+)?"
 _GROUPS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(pattern), group)
     for pattern, group in (
-        (_MODEL + r"/infer|" + _MODEL + r"/generate(?:_stream)?", "inference"),
+        (
+            _MODEL + r"/infer|" + _MODEL + r"/generate(?:_stream)?|" + _MODEL + r"/jobs|"
+            r"/v2/jobs(?:/[^/]+(?:/result|/cancel)?)?",
+            "inference",
+        ),
         (r"/v2/health/(?:live|ready)|" + _MODEL + r"/ready", "health"),
         (r"/v2/models/stats|" + _MODEL + r"/stats", "statistics"),
         (r"/v2|" + _MODEL, "metadata"),

@@ -16,6 +16,10 @@ from fnserve.errors import (
     DeadlineExceededError,
     FnserveError,
     InvalidInputError,
+    JobBacklogFullError,
+    JobConflictError,
+    JobNotFinishedError,
+    JobNotFoundError,
     MemoryBudgetError,
     ModelExecutionError,
     ModelNotFoundError,
@@ -47,6 +51,10 @@ _STATUS: dict[type[FnserveError], int] = {
     OutOfMemoryError: 503,
     ModelExecutionError: 500,
     RepositoryError: 500,
+    JobBacklogFullError: 429,  # too many jobs queued: clients back off and resubmit
+    JobNotFoundError: 404,
+    JobNotFinishedError: 409,
+    JobConflictError: 409,
 }
 _GENERIC_MESSAGE = "Internal Server Error"
 

@@ -155,6 +155,11 @@ class InferEndpoint:
             out_headers.append((b"content-encoding", encoding))
         return out_headers, body
 
+    async def decode(self, scope: Scope, receive: Receive) -> tuple[InferRequest, OutputPlan]:
+        """Read and decode an inference body as this endpoint does (the jobs endpoint submits
+        the same bodies), under the same size limits."""
+        return await self._decode(scope, receive, _RequestHeaders(scope["headers"]))
+
     async def _decode(
         self, scope: Scope, receive: Receive, headers: _RequestHeaders
     ) -> tuple[InferRequest, OutputPlan]:

@@ -30,8 +30,10 @@ from fnserve.server.http.codec import dumps, parse_json
 from fnserve.server.http.deployments import DeploymentEndpoints, deployment_routes
 from fnserve.server.http.errors import error_body, error_response
 from fnserve.server.http.infer import InferEndpoint
+from fnserve.server.http.jobs import JobEndpoints, job_routes
 
 if TYPE_CHECKING:
+    from fnserve.jobs.service import JobService
     from fnserve.runtime import Runtime
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -235,12 +237,13 @@ def _unsupported_routes() -> list[BaseRoute]:
     return routes
 
 
-def http_app(runtime: Runtime, config: ServerConfig) -> Starlette:
+def http_app(runtime: Runtime, config: ServerConfig, jobs: JobService | None = None) -> Starlette:
     """Build the ASGI app serving Triton's HTTP/REST API on `runtime`.
 
     Args:
         runtime: what every endpoint calls.
         config: server settings (`max_body_bytes` bounds request bodies).
+        jobs: the durable jobs service (None: the job routes answer 501).
     """
     endpoints = _Endpoints(runtime, config)
     infer = InferEndpoint(runtime, config.max_body_bytes, config.input_limits())
@@ -252,6 +255,7 @@ def http_app(runtime: Runtime, config: ServerConfig) -> Starlette:
         Route("/v2/health/ready", _guarded(endpoints.ready)),
         Route("/v2", _guarded(endpoints.server_metadata)),
         *_repository_routes(endpoints),
+        *job_routes(JobEndpoints(jobs, infer), _guarded),
         *deployment_routes(DeploymentEndpoints(_deploy_service(runtime, config)), _guarded),
         *_unsupported_routes(),
     ]

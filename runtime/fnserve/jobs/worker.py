@@ -1,0 +1,218 @@
+"""The job worker: claims jobs of the models this server serves and runs them in the background
+lane, below every online request.
+
+Per model it keeps at most a window of jobs in flight (`--jobs-workers`, by default the model's
+max batch size), so the model's queue never holds a whole backlog and online requests wait for
+at most about one batch of jobs. It renews the leases of the jobs it holds every third of the
+lease, gives up jobs whose lease it lost (cancelled, or taken over after a stall), and on a
+graceful shutdown gives the jobs it holds back to the queue at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from fnserve.errors import FnserveError, InvalidInputError, UnsupportedError
+from fnserve.jobs.codec import decode_request, encode_response
+from fnserve.jobs.model import Claim
+from fnserve.jobs.settings import JobSettings
+from fnserve.jobs.store.base import JobStore
+from fnserve.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+# Errors a retry cannot fix: the request itself is wrong for the model.
+_PERMANENT = (InvalidInputError, UnsupportedError)
+
+
+@dataclass(slots=True)
+class _Running:
+    """A job this worker holds."""
+
+    model: str
+    attempt: int
+    task: asyncio.Task[None] | None = None
+    storing: bool = False  # its outcome is being written: past the point of giving it back
+    abandoned: bool = field(default=False)
+
+
+class JobWorker:
+    """Runs jobs from `store` on `runtime`.
+
+    Args:
+        runtime: the models.
+        store: the job store.
+        settings: window, lease, result limit, polling.
+        on_outcome: awaited with a job's id after each outcome this worker stored (done,
+            failed, or back to the queue for a retry).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        store: JobStore,
+        settings: JobSettings,
+        on_outcome: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._runtime = runtime
+        self._store = store
+        self._settings = settings
+        self._on_outcome = on_outcome
+        self._running: dict[str, _Running] = {}
+        self._wakeup = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start claiming, renewing leases and expiring old jobs."""
+        self._loops = [
+            asyncio.create_task(self._claim_loop(), name="jobs-claim"),
+            asyncio.create_task(self._renew_loop(), name="jobs-renew"),
+        ]
+
+    def wake(self) -> None:
+        """A job was submitted here: look for work now rather than at the next poll."""
+        self._wakeup.set()
+
+    def abandon(self, job_id: str) -> None:
+        """Stop running `job_id` (it was cancelled): its request leaves the model's queue."""
+        running = self._running.get(job_id)
+        if running is not None and running.task is not None and not running.storing:
+            running.abandoned = True
+            running.task.cancel()
+
+    def in_flight(self) -> int:
+        """Jobs this worker runs now."""
+        return len(self._running)
+
+    async def aclose(self) -> None:
+        """Stop claiming, stop the jobs in flight and give them back to the queue."""
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        held = {job_id: r for job_id, r in self._running.items() if not r.storing}
+        for running in held.values():
+            running.abandoned = True
+            if running.task is not None:
+                running.task.cancel()
+        tasks = [r.task for r in self._running.values() if r.task is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if held:
+            await self._store.release(self.id, [(i, r.attempt) for i, r in held.items()])
+            log.info("jobs: gave %d running job(s) back to the queue", len(held))
+
+    # -- claiming ------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        while True:
+            self._wakeup.clear()
+            try:
+                await self._claim()
+            except Exception:  # a store outage must not stop the worker for good
+                log.exception("jobs: claiming failed; trying again")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), self._settings.poll_interval_s)
+
+    async def _claim(self) -> None:
+        for model, window in self._windows().items():
+            free = window - sum(1 for r in self._running.values() if r.model == model)
+            if free <= 0:
+                continue
+            claims = await self._store.claim(
+                self.id, free, self._settings.lease_s, time.time(), models=[model]
+            )
+            for claim in claims:
+                running = _Running(claim.job.model, claim.attempt)
+                self._running[claim.job.id] = running
+                running.task = asyncio.create_task(self._run(claim, running))
+
+    def _windows(self) -> dict[str, int]:
+        """Per model served here (ready, or scaled to zero), the jobs it may have in flight."""
+        windows: dict[str, int] = {}
+        for entry in self._runtime.repository_index(ready=True):
+            if self._settings.workers:
+                windows[entry.name] = self._settings.workers
+                continue
+            handle = self._runtime.registry.resolve(entry.name, entry.version, False)
+            rows = max(handle.config.max_batch_size, 1)
+            windows[entry.name] = max(windows.get(entry.name, 1), rows)
+        return windows
+
+    # -- running -------------------------------------------------------------------------
+
+    async def _run(self, claim: Claim, running: _Running) -> None:
+        job_id = claim.job.id
+        try:
+            await self._attempt(claim, running)
+        except asyncio.CancelledError:
+            if not running.abandoned:
+                raise
+            return  # cancelled, lost, or given back on shutdown: nothing to store
+        finally:
+            self._running.pop(job_id, None)
+            self._wakeup.set()  # room in the window
+        await self._on_outcome(job_id)
+
+    async def _attempt(self, claim: Claim, running: _Running) -> None:
+        job_id, attempt = claim.job.id, claim.attempt
+        try:
+            request, binary = decode_request(claim.request)
+            response = await self._runtime.infer(request, background=True)
+            result = encode_response(response, binary)
+        except FnserveError as exc:
+            retry = not isinstance(exc, _PERMANENT)
+            await self._store_outcome(running, self._fail(job_id, attempt, exc.message, retry))
+            return
+        except Exception as exc:  # a bug, or a store outage: another attempt may do better
+            log.exception("jobs: job %s failed unexpectedly", job_id)
+            await self._store_outcome(
+                running, self._fail(job_id, attempt, f"internal error: {type(exc).__name__}", True)
+            )
+            return
+        limit = self._settings.max_result_bytes
+        if len(result) > limit:
+            error = (
+                f"result of {len(result)} bytes is over the limit of {limit} bytes "
+                f"(--jobs-max-result-bytes); nothing was stored"
+            )
+            await self._store_outcome(running, self._fail(job_id, attempt, error, False))
+            return
+        await self._store_outcome(
+            running, self._store.succeed(job_id, self.id, attempt, result, time.time())
+        )
+
+    def _fail(self, job_id: str, attempt: int, error: str, retry: bool) -> Awaitable[bool]:
+        return self._store.fail(job_id, self.id, attempt, error, retry, time.time())
+
+    async def _store_outcome(self, running: _Running, write: Awaitable[bool]) -> None:
+        """Write an outcome; shielded, so a shutdown meanwhile does not leave it half-known."""
+        running.storing = True
+        if not await asyncio.shield(write):
+            log.info("jobs: outcome refused: the job was cancelled or its lease lost")
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.lease_s / 3)
+            held = [(i, r.attempt) for i, r in self._running.items() if not r.storing]
+            if not held:
+                continue
+            try:
+                kept = await self._store.renew(
+                    self.id, held, self._settings.lease_s, time.time()
+                )
+            except Exception:
+                log.exception("jobs: renewing leases failed; trying again")
+                continue
+            for job_id, _ in held:
+                if job_id not in kept:
+                    self.abandon(job_id)
