@@ -122,7 +122,9 @@ def request_hash(model: str, version: str, request: bytes) -> str:
     return digest.hexdigest()
 
 
-def _pack(magic: bytes, header: dict[str, Any], tensors: tuple[InferInput | InferOutput, ...]) -> bytes:
+def _pack(
+    magic: bytes, header: dict[str, Any], tensors: tuple[InferInput | InferOutput, ...]
+) -> bytes:
     blobs = [to_raw(t.datatype, t.data) for t in tensors]
     header["tensors"] = [
         {"name": t.name, "datatype": t.datatype, "shape": list(t.data.shape), "size": len(blob)}

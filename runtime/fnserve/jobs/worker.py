@@ -207,9 +207,7 @@ class JobWorker:
             if not held:
                 continue
             try:
-                kept = await self._store.renew(
-                    self.id, held, self._settings.lease_s, time.time()
-                )
+                kept = await self._store.renew(self.id, held, self._settings.lease_s, time.time())
             except Exception:
                 log.exception("jobs: renewing leases failed; trying again")
                 continue

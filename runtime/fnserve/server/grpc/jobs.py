@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from fnserve.config.server import ServerConfig
-from fnserve.errors import InvalidInputError
+from fnserve.errors import InvalidInputError, UnsupportedError
 from fnserve.jobs.model import Job, JobState, ModelJobCounts
 from fnserve.limits import DEFAULT_LIMITS, InputLimits, quote
 from fnserve.protocol import grpc_service_pb2 as pb, jobs_pb2
@@ -37,20 +37,27 @@ class JobsService(JobsBase):
     """Every RPC of `fnserve.jobs.v1.Jobs`, served by one JobService.
 
     Args:
-        jobs: the server's job service.
+        jobs: the server's job service; None: jobs are turned off (`--no-jobs`) and every
+            RPC answers UNIMPLEMENTED saying so, as the HTTP routes answer 501.
         limits: names and sizes one submitted request may use (the infer limits).
         max_message_bytes: largest message received or sent.
     """
 
     def __init__(
         self,
-        jobs: JobService,
+        jobs: JobService | None,
         limits: InputLimits = DEFAULT_LIMITS,
         max_message_bytes: int = ServerConfig.grpc_max_message_bytes,
     ) -> None:
-        self._jobs = jobs
+        self._service = jobs
         self._limits = limits
         self._max_bytes = max_message_bytes
+
+    @property
+    def _jobs(self) -> JobService:
+        if self._service is None:
+            raise UnsupportedError("durable jobs are turned off on this server (--no-jobs)")
+        return self._service
 
     async def SubmitJob(self, stream: Stream[jobs_pb2.SubmitJobRequest, jobs_pb2.Job]) -> None:
         await answer(stream, self._submit, self._max_bytes)

@@ -260,14 +260,10 @@ def grpc_services(
     Args:
         runtime: the models to serve.
         config: server settings (the input limits are taken from it).
-        jobs: the job service; None: no `fnserve.jobs.v1.Jobs` service (UNIMPLEMENTED).
+        jobs: the job service; None (`--no-jobs`): `fnserve.jobs.v1.Jobs` answers UNIMPLEMENTED.
     """
     config = config or ServerConfig()
     max_bytes = config.grpc_max_message_bytes
     limits = config.input_limits()
     inference = InferenceService(runtime, limits, max_bytes, config.stream_max_inflight)
-    services: list[InferenceService | HealthService | JobsService]
-    services = [inference, HealthService(runtime, max_bytes)]
-    if jobs is not None:
-        services.append(JobsService(jobs, limits, max_bytes))
-    return services
+    return [inference, HealthService(runtime, max_bytes), JobsService(jobs, limits, max_bytes)]
