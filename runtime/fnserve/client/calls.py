@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -17,8 +18,6 @@ from fnserve.client.errors import JobsError
 from fnserve.client.wire import HEADER_LENGTH, Body, Job, decode_outputs
 from fnserve.jobs.model import JobState
 
-# A long poll is answered after `wait` seconds at the latest: give the read that much more.
-_POLL_SLACK_S = 30.0
 # The longest single long poll asked for; the server may cap it lower (--jobs-max-wait).
 MAX_POLL_S = 60.0
 DEFAULT_TIMEOUT_S = 30.0
@@ -51,10 +50,17 @@ def tls_context(
 
 
 class Calls:
-    """Builds the requests of the jobs API and reads their answers (no I/O)."""
+    """Builds the requests of the jobs API and reads their answers (no I/O).
 
-    def __init__(self, url: str) -> None:
+    Args:
+        url: the server's base URL.
+        build: the httpx client's `build_request`, so that requests carry its headers (the
+            token) and timeouts.
+    """
+
+    def __init__(self, url: str, build: Callable[..., httpx.Request]) -> None:
         self.url = (url if "://" in url else f"http://{url}").rstrip("/")
+        self._build = build
 
     def submit(
         self,
@@ -72,19 +78,19 @@ class Calls:
             headers["Idempotency-Key"] = idempotency_key
         if callback_url is not None:
             headers["Callback-URL"] = callback_url
-        return httpx.Request(
-            "POST", f"{self.url}{path}/jobs", content=body.content, headers=headers
-        )
+        return self._build("POST", f"{self.url}{path}/jobs", content=body.content, headers=headers)
 
-    def get(self, job_id: str, wait_s: float) -> httpx.Request:
+    def get(self, job_id: str, wait_s: float, timeout_s: float) -> httpx.Request:
         params = {"wait": _seconds(wait_s)} if wait_s > 0 else {}
-        return httpx.Request("GET", self._job(job_id), params=params)
+        # A long poll is answered after `wait_s` at the latest: its read may take that long.
+        timeout = httpx.Timeout(timeout_s, read=timeout_s + wait_s)
+        return self._build("GET", self._job(job_id), params=params, timeout=timeout)
 
     def result(self, job_id: str) -> httpx.Request:
-        return httpx.Request("GET", self._job(job_id) + "/result")
+        return self._build("GET", self._job(job_id) + "/result")
 
     def cancel(self, job_id: str) -> httpx.Request:
-        return httpx.Request("POST", self._job(job_id) + "/cancel")
+        return self._build("POST", self._job(job_id) + "/cancel")
 
     def page(
         self, model: str | None, state: JobState | str | None, limit: int, page_token: str | None
@@ -96,13 +102,13 @@ class Calls:
             params["state"] = JobState(state).value
         if page_token:
             params["page_token"] = page_token
-        return httpx.Request("GET", f"{self.url}/v2/jobs", params=params)
+        return self._build("GET", f"{self.url}/v2/jobs", params=params)
 
     def metadata(self, model: str, version: str) -> httpx.Request:
         path = f"/v2/models/{quote(model, safe='')}"
         if version:
             path += f"/versions/{quote(version, safe='')}"
-        return httpx.Request("GET", self.url + path)
+        return self._build("GET", self.url + path)
 
     def _job(self, job_id: str) -> str:
         if not job_id:
@@ -158,10 +164,6 @@ def client_options(
         verify = tls_context(verify)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return {"headers": headers, "verify": verify, "timeout": timeout_s}
-
-
-def poll_timeout(wait_s: float, timeout_s: float) -> httpx.Timeout:
-    return httpx.Timeout(timeout_s, read=wait_s + _POLL_SLACK_S)
 
 
 def remaining(deadline: float | None) -> float:

@@ -29,7 +29,6 @@ from fnserve.client.calls import (
     JobPage,
     client_options,
     document,
-    poll_timeout,
     remaining,
 )
 from fnserve.client.errors import JobsError, WaitTimeoutError
@@ -55,9 +54,9 @@ class JobsClient:
         verify: ssl.SSLContext | str | bool = True,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self._calls = Calls(url)
         self._timeout_s = timeout_s
         self._http = httpx.Client(**client_options(token, verify, timeout_s))
+        self._calls = Calls(url, self._http.build_request)
 
     @property
     def url(self) -> str:
@@ -103,8 +102,7 @@ class JobsClient:
         Raises:
             JobsError: unknown job (404).
         """
-        request = self._calls.get(job_id, wait_s)
-        request.extensions["timeout"] = poll_timeout(wait_s, self._timeout_s).as_dict()
+        request = self._calls.get(job_id, wait_s, self._timeout_s)
         return Calls.job(self._send(request))
 
     def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
@@ -207,9 +205,9 @@ class AsyncJobsClient:
         verify: ssl.SSLContext | str | bool = True,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self._calls = Calls(url)
         self._timeout_s = timeout_s
         self._http = httpx.AsyncClient(**client_options(token, verify, timeout_s))
+        self._calls = Calls(url, self._http.build_request)
 
     @property
     def url(self) -> str:
@@ -243,8 +241,7 @@ class AsyncJobsClient:
 
     async def get(self, job_id: str, wait_s: float = 0) -> Job:
         """See `JobsClient.get`."""
-        request = self._calls.get(job_id, wait_s)
-        request.extensions["timeout"] = poll_timeout(wait_s, self._timeout_s).as_dict()
+        request = self._calls.get(job_id, wait_s, self._timeout_s)
         return Calls.job(await self._send(request))
 
     async def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
