@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,7 +55,13 @@ def start_server(runtime: Runtime, config: ServerConfig | None = None) -> _Serve
     """Start `serve()` on its own event loop thread; returns once every port listens."""
     from fnserve.server.app import serve  # the frontends load only for tests that serve
 
-    config = config or ServerConfig(http_port=0, grpc_port=0, metrics_port=0, shutdown_timeout_s=5)
+    config = config or ServerConfig(
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        shutdown_timeout_s=5,
+        state_dir=tempfile.mkdtemp(prefix="fnserve-state-"),  # its jobs.db, not the cwd's
+    )
     loop = asyncio.new_event_loop()
     shutdown = asyncio.Event()
     ready = threading.Event()

@@ -21,8 +21,8 @@ FnserveError                      (.message; unmapped -> 500 / INTERNAL)
 │   ├── InstanceBrokenError       the instance itself died (its worker crashed); it is replaced
 │   └── OutOfMemoryError          503 / RESOURCE_EXHAUSTED  out of memory even alone (retryable)
 ├── JobNotFoundError              404 / NOT_FOUND          unknown (or expired) job id
-├── JobNotFinishedError           409 / FAILED_PRECONDITION  a job's result asked before it succeeded
-├── JobConflictError              409 / ALREADY_EXISTS     idempotency key reused for another request
+├── JobNotFinishedError           409 / FAILED_PRECONDITION  result asked before success
+├── JobConflictError              409 / ALREADY_EXISTS     idempotency key of another request
 ├── ModelConfigError              raised at import time: a bad `@model` declaration
 └── RepositoryError               500 / INTERNAL           load/unload failures
 ```

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import time
@@ -214,7 +215,7 @@ class JobService:
         state: JobState | None = None,
         limit: int = 100,
         page_token: str | None = None,
-    ) -> tuple[list[Job], str | None]:
+    ) -> tuple[builtins.list[Job], str | None]:
         """Jobs newest first, and the token of the next page (None: this is the last)."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidInputError(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
@@ -223,7 +224,7 @@ class JobService:
             return jobs[:limit], jobs[limit - 1].id
         return jobs, None
 
-    async def counts(self) -> list[ModelJobCounts]:
+    async def counts(self) -> builtins.list[ModelJobCounts]:
         """Per model: jobs by state and the oldest queued job's time."""
         return await self._store.counts()
 

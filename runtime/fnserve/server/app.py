@@ -14,7 +14,6 @@ import logging
 import resource
 import socket
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 from fnserve.config.server import ServerConfig
@@ -193,8 +192,6 @@ async def _start_jobs(runtime: Runtime, config: ServerConfig) -> JobService | No
     if not config.jobs:
         return None
     location = config.jobs_store_location()
-    if not config.jobs_db:
-        Path(config.state_dir).mkdir(parents=True, exist_ok=True)
     settings = JobSettings(
         workers=config.jobs_workers,
         lease_s=config.jobs_lease_s,

@@ -63,17 +63,18 @@ WHERE id IN (SELECT id FROM fnserve_jobs
 # Two index scans, oldest first each (queued jobs; running ones whose lease expired), rather
 # than one OR that sorts the whole queue. Rows locked beyond `limit` are let go at commit.
 _CLAIM = f"""
-WITH picked AS (
-    SELECT id, created_at FROM (
-        (SELECT id, created_at FROM fnserve_jobs
-         WHERE state = 'queued' AND ($5::text[] IS NULL OR model = ANY($5))
-         ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
-        UNION ALL
-        (SELECT id, created_at FROM fnserve_jobs
-         WHERE state = 'running' AND lease_until <= $3 AND attempts < max_attempts
-           AND ($5::text[] IS NULL OR model = ANY($5))
-         ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
-    ) c ORDER BY created_at, id LIMIT $4
+WITH queued AS (
+    SELECT id, created_at FROM fnserve_jobs
+    WHERE state = 'queued' AND ($5::text[] IS NULL OR model = ANY($5))
+    ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, created_at FROM fnserve_jobs
+    WHERE state = 'running' AND lease_until <= $3 AND attempts < max_attempts
+      AND ($5::text[] IS NULL OR model = ANY($5))
+    ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT * FROM queued UNION ALL SELECT * FROM expired) c
+    ORDER BY created_at, id LIMIT $4
 )
 UPDATE fnserve_jobs j SET state = 'running', attempts = j.attempts + 1, worker = $1,
                           lease_until = $3::double precision + $2::double precision,
