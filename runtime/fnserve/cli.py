@@ -696,14 +696,16 @@ def jobs_group() -> None:
 @click.option("--idempotency-key", default=None, help="Submitting the same key again returns "
               "the same job.")  # fmt: skip
 @click.option("--callback-url", default=None, help="POSTed the job's JSON when it ends.")
-@click.option("--binary/--json", default=True, show_default=True, help="Tensors as binary data.")
+@click.option("--binary/--json", default=False, show_default=True, help="Tensors as binary data "
+              "(FP16, BF16, large tensors) or JSON (a result any client reads).")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="Print only the job's id.")
 @_jobs_target
-def jobs_submit_command(model: str, **options: Any) -> None:
+def jobs_submit_command(model: str, quiet: bool, **options: Any) -> None:
     """Submit a job for MODEL and print it (its id, its state)."""
     from fnserve.client import commands
 
     target = {k: options.pop(k) for k in ("server", "token", "cacert", "cert", "key")}
-    commands.submit(model, commands.Submission(**options), commands.Target(**target))
+    commands.submit(model, commands.Submission(**options), commands.Target(**target), quiet)
 
 
 @jobs_group.command("get")

@@ -78,6 +78,18 @@ def test_npy_inputs_body_files_and_saved_results(server: RunningServer, tmp_path
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "OUTPUT0.npy"), [[0.5, 1.5]])
 
 
+def test_binary_tensors_for_what_json_cannot_carry(server: RunningServer) -> None:
+    inputs = ["--input", "FLAGS=[[true]]", "--input", "HALF=[[1.5]]", "--input", "INT=[[3]]"]
+    as_json = fnserve(server, "submit", "mixed", *inputs)
+    assert as_json.returncode == 1
+    assert "input 'HALF': FP16 data cannot travel as JSON" in as_json.stderr
+    job = ok(fnserve(server, "submit", "mixed", "--binary", *inputs))
+    assert ok(fnserve(server, "wait", job["id"]))["state"] == "succeeded"
+    outputs = ok(fnserve(server, "result", job["id"]))
+    assert outputs["HALF_X2"] == {"datatype": "FP16", "shape": [1, 1], "data": [3.0]}
+    assert outputs["NOT_FLAGS"]["data"] == [False]
+
+
 def test_get_cancel_and_wait_exit_statuses(server: RunningServer) -> None:
     slow = ok(fnserve(server, "submit", "sleeper", "--input", "SECONDS=[8]"))
     timed_out = fnserve(server, "wait", slow["id"], "--timeout", "0.3")

@@ -80,8 +80,8 @@ class Submission:
     binary: bool = True
 
 
-def submit(model: str, what: Submission, target: Target) -> None:
-    """Submit one job and print it."""
+def submit(model: str, what: Submission, target: Target, quiet: bool = False) -> None:
+    """Submit one job and print it (`quiet`: its id only)."""
     if bool(what.inputs) == (what.body is not None):
         raise click.UsageError("give either --input NAME=VALUE (one or more) or --body FILE")
     with target.client() as client, failing():
@@ -101,7 +101,10 @@ def submit(model: str, what: Submission, target: Target) -> None:
                 what.callback_url,
                 what.binary,
             )
-    _print_job(job)
+    if quiet:
+        click.echo(job.id)
+    else:
+        _print_job(job)
 
 
 def parse_inputs(
@@ -193,8 +196,10 @@ def result(job_id: str, save: Path | None, target: Target) -> None:
     doc = {}
     for name, array in outputs.items():
         datatype = datatype_of(array)
+        # FP16 has no JSON form on the wire; printed, its values are exact as floats.
+        shown = array.astype(np.float32) if datatype == "FP16" else array
         with failing():
-            data = to_json(name, datatype, array)
+            data = to_json(name, datatype_of(shown), shown)
         doc[name] = {"datatype": datatype, "shape": list(array.shape), "data": data}
     click.echo(json.dumps(doc))
 

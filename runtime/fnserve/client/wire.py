@@ -137,7 +137,7 @@ def infer_body(
             tensor["parameters"] = {"binary_data_size": len(raw)}
             raws.append(raw)
         else:
-            tensor["data"] = to_json(name, datatype, array)
+            tensor["data"] = _json_data(name, datatype, array)
         header["inputs"].append(tensor)
     if outputs is not None:
         header["outputs"] = [{"name": n, "parameters": {"binary_data": binary}} for n in outputs]
@@ -151,6 +151,15 @@ def infer_body(
         return Body(encoded, {"Content-Type": "application/json"})
     headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(encoded))}
     return Body(b"".join([encoded, *raws]), headers)
+
+
+def _json_data(name: str, datatype: str, array: np.ndarray) -> list[Any]:
+    try:
+        return to_json(name, datatype, array)
+    except InvalidInputError:  # its wording is for outputs; this is the client's input
+        raise InvalidInputError(
+            f"input '{name}': {datatype} data cannot travel as JSON, send it as binary data"
+        ) from None
 
 
 def decode_outputs(content: bytes, header_length: str | None) -> dict[str, np.ndarray]:
