@@ -96,7 +96,7 @@ def _age(stats: ModelStatistics, now: datetime) -> str:
 def _jobs_table(jobs: list[Job], now: datetime) -> list[str]:
     if not jobs:
         return ["no jobs match"]
-    head = ["ID", "MODEL", "VERSION", "STATE", "ATTEMPTS", "CREATED", "TOOK", "ERROR"]
+    head = ["ID", "MODEL", "VERSION", "STATE", "ATTEMPTS", "CREATED (UTC)", "TOOK", "ERROR"]
     rows = [
         [
             job.id,
