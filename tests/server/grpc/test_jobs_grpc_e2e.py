@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import grpc  # type: ignore[import-untyped]  # grpcio has no stubs here
+import httpx
 import numpy as np
 import pytest
 from grpclib.client import Channel
@@ -115,6 +116,17 @@ class TestSubmitAndCollect:
         status, message = await _code(stub.SubmitJob(_submit(other, key="grpc-key-1")))
         assert status is Status.ALREADY_EXISTS
         assert "grpc-key-1" in message
+
+    async def test_http_and_grpc_see_the_same_jobs(
+        self, server: RunningServer, stub: JobsStub
+    ) -> None:
+        job = await stub.SubmitJob(_submit(_infer("identity", "INPUT0", np.full((1, 2), 4))))
+        await _finish(stub, job.id)
+        async with httpx.AsyncClient(base_url=f"http://{server.http_url}") as http:
+            doc = (await http.get(f"/v2/jobs/{job.id}")).json()
+            result = (await http.get(f"/v2/jobs/{job.id}/result")).json()
+        assert (doc["id"], doc["state"], doc["attempts"]) == (job.id, "succeeded", 1)
+        assert result["outputs"][0]["data"] == [4.0, 4.0]  # JSON: gRPC asked for no binary
 
     async def test_grpcio_client_speaks_the_same_service(self, server: RunningServer) -> None:
         request = _submit(_infer("identity", "INPUT0", np.full((1, 4), 7)))
