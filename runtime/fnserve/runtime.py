@@ -115,6 +115,8 @@ class Runtime:
         self._started = False
         self._closing = False
         self._inflight = 0
+        self._background_inflight = 0
+        self._online_seen_ns = 0  # when an online request last left (perf_counter_ns)
         self._idle: asyncio.Event | None = None
         self._defaults = ModelDefaults()
         for definition in definitions:
@@ -161,6 +163,13 @@ class Runtime:
         except TimeoutError:
             return False
         return True
+
+    def online_idle_s(self) -> float:
+        """Seconds since the last online (not background) request was in flight; 0 while one
+        is. Durable jobs hold back while online traffic is recent."""
+        if self._inflight > self._background_inflight:
+            return 0.0
+        return (time.perf_counter_ns() - self._online_seen_ns) / 1e9
 
     def abort(self, error: UnavailableError) -> None:
         """Fail every queued and running request with `error` (past the shutdown deadline);
@@ -391,6 +400,7 @@ class Runtime:
         loaded = handle.loaded or await handle.wake(self._defaults)  # None: scaled to zero
         stats = loaded.stats
         self._inflight += 1
+        self._background_inflight += background
         try:
             entry = prepare(loaded.config, request, background)
             loaded.scheduler.submit_nowait(entry)
@@ -404,6 +414,9 @@ class Runtime:
             raise
         finally:
             self._inflight -= 1
+            self._background_inflight -= background
+            if not background:
+                self._online_seen_ns = time.perf_counter_ns()
             if not self._inflight and self._idle is not None:
                 self._idle.set()
         end_ns = handle.last_used_ns = time.perf_counter_ns()

@@ -243,24 +243,34 @@ class JobService:
             if not waiters:
                 del self._waiters[job_id]
 
-    async def _on_outcome(self, job_id: str) -> None:
-        """The worker stored an outcome: wake long-polls, and if the job ended, call back."""
-        try:
-            job = await self._store.get(job_id)
-        except Exception:
-            log.exception("jobs: reading job %s after its outcome failed", job_id)
+    async def _on_outcome(self, job: Job, state: JobState) -> None:
+        """The worker stored an outcome of `job` (as claimed): wake its long-polls; if it
+        ended, count its duration and call back (reading the job as stored only then)."""
+        self._wake(job.id)
+        if not state.terminal:
             return
-        if job is not None and job.state.terminal:
-            self._ended(job)
+        self.durations.observe(job.model, state, time.time() - job.created_at)
+        if job.callback_url:
+            try:
+                ended = await self._store.get(job.id)
+            except Exception:
+                log.exception("jobs: reading job %s for its callback failed", job.id)
+                return
+            if ended is not None:
+                self._callbacks.send(job.callback_url, job_document(ended))
 
     def _ended(self, job: Job) -> None:
-        for waiter in self._waiters.pop(job.id, set()):
-            if not waiter.done():
-                waiter.set_result(None)
+        """`job` ended here outside the worker (cancelled)."""
+        self._wake(job.id)
         if job.finished_at is not None:
             self.durations.observe(job.model, job.state, job.finished_at - job.created_at)
         if job.callback_url:
             self._callbacks.send(job.callback_url, job_document(job))
+
+    def _wake(self, job_id: str) -> None:
+        for waiter in self._waiters.pop(job_id, set()):
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _sweep(self) -> None:
         ttl_s = self._settings.result_ttl_s

@@ -3,9 +3,15 @@ lane, below every online request.
 
 Per model it keeps at most a window of jobs in flight (`--jobs-workers`, by default the model's
 max batch size), so the model's queue never holds a whole backlog and online requests wait for
-at most about one batch of jobs. It renews the leases of the jobs it holds every third of the
-lease, gives up jobs whose lease it lost (cancelled, or taken over after a stall), and on a
-graceful shutdown gives the jobs it holds back to the queue at once.
+at most about one batch of jobs. While online traffic is recent (a request in flight, or one
+that ended under `_ONLINE_QUIET_S` ago) the window shrinks to one job: the background lane
+orders the model's queue, but each job also costs the server CPU (claiming, decoding, storing
+its result), and on a busy core that time would come out of online latency. Measured with
+benchmarks/jobs_backlog.py: an eighth of the window still doubled online p99 on one core.
+
+It renews the leases of the jobs it holds every third of the lease, gives up jobs whose lease
+it lost (cancelled, or taken over after a stall), and on a graceful shutdown gives the jobs it
+holds back to the queue at once.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass, field
 
 from fnserve.errors import FnserveError, InvalidInputError, UnsupportedError
 from fnserve.jobs.codec import decode_request, encode_response
-from fnserve.jobs.model import Claim
+from fnserve.jobs.model import Claim, Job, JobState
 from fnserve.jobs.settings import JobSettings
 from fnserve.jobs.store.base import JobStore
 from fnserve.runtime import Runtime
@@ -31,6 +37,8 @@ log = logging.getLogger(__name__)
 
 # Errors a retry cannot fix: the request itself is wrong for the model.
 _PERMANENT = (InvalidInputError, UnsupportedError)
+# Online traffic this recent makes the worker run one job per model at a time.
+_ONLINE_QUIET_S = 0.1
 
 
 @dataclass(slots=True)
@@ -51,8 +59,8 @@ class JobWorker:
         runtime: the models.
         store: the job store.
         settings: window, lease, result limit, polling.
-        on_outcome: awaited with a job's id after each outcome this worker stored (done,
-            failed, or back to the queue for a retry).
+        on_outcome: awaited with the job (as claimed) and its state after each outcome this
+            worker stored (succeeded, failed, or queued again for a retry).
     """
 
     def __init__(
@@ -60,7 +68,7 @@ class JobWorker:
         runtime: Runtime,
         store: JobStore,
         settings: JobSettings,
-        on_outcome: Callable[[str], Awaitable[None]],
+        on_outcome: Callable[[Job, JobState], Awaitable[None]],
     ) -> None:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._runtime = runtime
@@ -122,7 +130,10 @@ class JobWorker:
                 await asyncio.wait_for(self._wakeup.wait(), self._settings.poll_interval_s)
 
     async def _claim(self) -> None:
+        busy = self._runtime.online_idle_s() < _ONLINE_QUIET_S
         for model, window in self._windows().items():
+            if busy:
+                window = 1
             free = window - sum(1 for r in self._running.values() if r.model == model)
             if free <= 0:
                 continue
@@ -149,19 +160,21 @@ class JobWorker:
     # -- running -------------------------------------------------------------------------
 
     async def _run(self, claim: Claim, running: _Running) -> None:
-        job_id = claim.job.id
         try:
-            await self._attempt(claim, running)
+            state = await self._attempt(claim, running)
         except asyncio.CancelledError:
             if not running.abandoned:
                 raise
             return  # cancelled, lost, or given back on shutdown: nothing to store
         finally:
-            self._running.pop(job_id, None)
+            self._running.pop(claim.job.id, None)
             self._wakeup.set()  # room in the window
-        await self._on_outcome(job_id)
+        if state is not None:
+            await self._on_outcome(claim.job, state)
 
-    async def _attempt(self, claim: Claim, running: _Running) -> None:
+    async def _attempt(self, claim: Claim, running: _Running) -> JobState | None:
+        """Run the job once and store the outcome; the job's state after it (None: the store
+        refused it, the job was cancelled or lost)."""
         job_id, attempt = claim.job.id, claim.attempt
         try:
             request, binary = decode_request(claim.request)
@@ -169,34 +182,36 @@ class JobWorker:
             result = encode_response(response, binary)
         except FnserveError as exc:
             retry = not isinstance(exc, _PERMANENT)
-            await self._store_outcome(running, self._fail(job_id, attempt, exc.message, retry))
-            return
-        except Exception as exc:  # a bug, or a store outage: another attempt may do better
+            return await self._fail(claim, running, exc.message, retry)
+        except Exception as exc:  # a bug: another attempt may do better
             log.exception("jobs: job %s failed unexpectedly", job_id)
-            await self._store_outcome(
-                running, self._fail(job_id, attempt, f"internal error: {type(exc).__name__}", True)
-            )
-            return
+            return await self._fail(claim, running, f"internal error: {type(exc).__name__}", True)
         limit = self._settings.max_result_bytes
         if len(result) > limit:
             error = (
                 f"result of {len(result)} bytes is over the limit of {limit} bytes "
                 f"(--jobs-max-result-bytes); nothing was stored"
             )
-            await self._store_outcome(running, self._fail(job_id, attempt, error, False))
-            return
-        await self._store_outcome(
-            running, self._store.succeed(job_id, self.id, attempt, result, time.time())
-        )
+            return await self._fail(claim, running, error, False)
+        write = self._store.succeed(job_id, self.id, attempt, result, time.time())
+        return JobState.SUCCEEDED if await self._store_outcome(running, write) else None
 
-    def _fail(self, job_id: str, attempt: int, error: str, retry: bool) -> Awaitable[bool]:
-        return self._store.fail(job_id, self.id, attempt, error, retry, time.time())
+    async def _fail(
+        self, claim: Claim, running: _Running, error: str, retry: bool
+    ) -> JobState | None:
+        write = self._store.fail(claim.job.id, self.id, claim.attempt, error, retry, time.time())
+        if not await self._store_outcome(running, write):
+            return None
+        again = retry and claim.attempt < claim.job.max_attempts
+        return JobState.QUEUED if again else JobState.FAILED
 
-    async def _store_outcome(self, running: _Running, write: Awaitable[bool]) -> None:
+    async def _store_outcome(self, running: _Running, write: Awaitable[bool]) -> bool:
         """Write an outcome; shielded, so a shutdown meanwhile does not leave it half-known."""
         running.storing = True
-        if not await asyncio.shield(write):
+        stored = await asyncio.shield(write)
+        if not stored:
             log.info("jobs: outcome refused: the job was cancelled or its lease lost")
+        return stored
 
     # -- leases --------------------------------------------------------------------------
 
