@@ -14,13 +14,16 @@ from urllib.parse import quote
 import httpx
 import numpy as np
 
-from fnserve.client.errors import JobsError
+from fnserve.client.errors import JobsError, WaitTimeoutError
 from fnserve.client.wire import HEADER_LENGTH, Body, Job, decode_outputs
 from fnserve.jobs.model import JobState
 
 # The longest single long poll asked for; the server may cap it lower (--jobs-max-wait).
 MAX_POLL_S = 60.0
 DEFAULT_TIMEOUT_S = 30.0
+# No answer, or a proxy's or a draining server's: the server is restarting or out of reach.
+_TRANSIENT_STATUSES = frozenset({0, 502, 503, 504})
+_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,5 +169,57 @@ def client_options(
     return {"headers": headers, "verify": verify, "timeout": timeout_s}
 
 
-def remaining(deadline: float | None) -> float:
-    return MAX_POLL_S if deadline is None else min(deadline - time.monotonic(), MAX_POLL_S)
+class WaitPlan:
+    """One `wait`: how long to long-poll next, when to give up, how long to back off.
+
+    Once the job has been seen, answers that mean the server is restarting or out of reach
+    (no answer, 502, 503, 504) are retried with backoff until the deadline: jobs outlive
+    servers, so a wait may too. Before that, every error is raised at once (a wrong URL or
+    token fails fast).
+
+    Args:
+        timeout_s: give up after this long (None: never).
+    """
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self._timeout_s = timeout_s
+        self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._seen: Job | None = None
+        self._failures = 0
+
+    def poll_s(self) -> float:
+        """Seconds the next long poll may wait (0 first: a quick look shows the job exists
+        before a long poll that a restart could cut)."""
+        if self._seen is None:
+            return 0.0
+        if self._deadline is None:
+            return MAX_POLL_S
+        return max(min(self._deadline - time.monotonic(), MAX_POLL_S), 0.0)
+
+    def done(self, job: Job) -> bool:
+        """Whether `job` ended (then stop waiting).
+
+        Raises:
+            WaitTimeoutError: it has not, and the time is up.
+        """
+        self._seen, self._failures = job, 0
+        if job.done:
+            return True
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            raise WaitTimeoutError(job, self._timeout_s or 0)
+        return False
+
+    def backoff_s(self, error: JobsError) -> float:
+        """Seconds to sleep before polling again after `error`.
+
+        Raises:
+            JobsError: `error`, when it is not worth retrying.
+            WaitTimeoutError: the time is up.
+        """
+        if self._seen is None or error.status not in _TRANSIENT_STATUSES:
+            raise error
+        delay_s = _BACKOFF_S[min(self._failures, len(_BACKOFF_S) - 1)]
+        self._failures += 1
+        if self._deadline is not None and time.monotonic() + delay_s >= self._deadline:
+            raise WaitTimeoutError(self._seen, self._timeout_s or 0) from error
+        return delay_s

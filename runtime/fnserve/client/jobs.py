@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -27,11 +28,11 @@ from fnserve.client.calls import (
     DEFAULT_TIMEOUT_S,
     Calls,
     JobPage,
+    WaitPlan,
     client_options,
     document,
-    remaining,
 )
-from fnserve.client.errors import JobsError, WaitTimeoutError
+from fnserve.client.errors import JobsError
 from fnserve.client.wire import Body, Job, infer_body
 from fnserve.jobs.model import JobState
 
@@ -110,16 +111,18 @@ class JobsClient:
 
         Raises:
             WaitTimeoutError: `timeout_s` seconds passed first (carries the job as last seen).
-            JobsError: unknown job (404).
+            JobsError: unknown job (404). Once the job was seen, a server restarting or out
+                of reach is waited for (retried with backoff) until the timeout.
         """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        job = self.get(job_id, max(remaining(deadline), 0))
-        while not job.done:
-            left = remaining(deadline)
-            if left <= 0:
-                raise WaitTimeoutError(job, timeout_s or 0)
-            job = self.get(job_id, left)
-        return job
+        plan = WaitPlan(timeout_s)
+        while True:
+            try:
+                job = self.get(job_id, plan.poll_s())
+            except JobsError as exc:
+                time.sleep(plan.backoff_s(exc))
+                continue
+            if plan.done(job):
+                return job
 
     def result(self, job_id: str) -> dict[str, np.ndarray]:
         """The outputs of a succeeded job (name -> array).
@@ -246,14 +249,15 @@ class AsyncJobsClient:
 
     async def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
         """See `JobsClient.wait`."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        job = await self.get(job_id, max(remaining(deadline), 0))
-        while not job.done:
-            left = remaining(deadline)
-            if left <= 0:
-                raise WaitTimeoutError(job, timeout_s or 0)
-            job = await self.get(job_id, left)
-        return job
+        plan = WaitPlan(timeout_s)
+        while True:
+            try:
+                job = await self.get(job_id, plan.poll_s())
+            except JobsError as exc:
+                await asyncio.sleep(plan.backoff_s(exc))
+                continue
+            if plan.done(job):
+                return job
 
     async def result(self, job_id: str) -> dict[str, np.ndarray]:
         """See `JobsClient.result`."""
