@@ -18,6 +18,7 @@ from fnserve.client import (
     WaitTimeoutError,
 )
 from tests.client.jobserver import jobs_server
+from tests.client.receiver import callback_receiver
 from tests.conftest import RunningServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
@@ -96,6 +97,15 @@ class TestSubmitWaitResult:
             client.submit("add_sub", _rows(5.0), idempotency_key="client-key-1")
         assert excinfo.value.status == 409
         assert "client-key-1" in excinfo.value.message
+
+    def test_a_callback_url_is_posted_the_ended_job(self, client: JobsClient) -> None:
+        with callback_receiver() as receiver:
+            job = client.submit("add_sub", _rows(), callback_url=receiver.url)
+            assert job.callback_url == receiver.url
+            document = receiver.next()
+        assert document["id"] == job.id
+        assert document["state"] == "succeeded"
+        assert document["callback_url"] == receiver.url
 
 
 class TestRefusals:

@@ -4,6 +4,7 @@ token auth; `--no-jobs`)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from fnserve.protocol import grpc_service_pb2 as pb, jobs_pb2
 from fnserve.repository.discover import discover
 from fnserve.runtime import Runtime
 from fnserve.server.grpc.stubs.jobs_grpc import JobsStub
+from tests.client.receiver import callback_receiver
 from tests.conftest import MODELS, RunningServer, start_server, stop_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
@@ -116,6 +118,16 @@ class TestSubmitAndCollect:
         status, message = await _code(stub.SubmitJob(_submit(other, key="grpc-key-1")))
         assert status is Status.ALREADY_EXISTS
         assert "grpc-key-1" in message
+
+    async def test_a_callback_url_is_posted_the_ended_job(self, stub: JobsStub) -> None:
+        with callback_receiver() as receiver:
+            request = jobs_pb2.SubmitJobRequest(
+                request=_infer("identity", "INPUT0", np.ones((1, 1))), callback_url=receiver.url
+            )
+            job = await stub.SubmitJob(request)
+            assert job.callback_url == receiver.url
+            document = await asyncio.to_thread(receiver.next)
+        assert (document["id"], document["state"]) == (job.id, "succeeded")
 
     async def test_http_and_grpc_see_the_same_jobs(
         self, server: RunningServer, stub: JobsStub
