@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -29,15 +30,21 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture
-async def postgres_database(postgres_url: str) -> AsyncIterator[str]:
+def postgres_database(postgres_url: str) -> Iterator[str]:
     """The URL of a new, empty database on the session's server (dropped afterwards)."""
+    name = f"test_{secrets.token_hex(6)}"
+    asyncio.run(_admin(postgres_url, f"CREATE DATABASE {name}"))
+    try:
+        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        asyncio.run(_admin(postgres_url, f"DROP DATABASE {name} WITH (FORCE)"))
+
+
+async def _admin(url: str, statement: str) -> None:
     import asyncpg
 
-    name = f"test_{secrets.token_hex(6)}"
-    admin = await asyncpg.connect(postgres_url)
+    db = await asyncpg.connect(url)
     try:
-        await admin.execute(f"CREATE DATABASE {name}")
-        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
-        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        await db.execute(statement)
     finally:
-        await admin.close()
+        await db.close()

@@ -159,15 +159,24 @@ def _unprivileged_user() -> pwd.struct_passwd:
 
 def _reachable_bindir(bindir: Path, base: Path, user: pwd.struct_passwd) -> Path:
     """`bindir`, or a copy of its installation in `base` when `user` cannot run it from there."""
-    probe = subprocess.run(
-        [bindir / "postgres", "--version"], user=user.pw_uid, group=user.pw_gid, extra_groups=[],
-        capture_output=True, check=False, timeout=30,
-    )  # fmt: skip
-    if probe.returncode == 0:
-        return bindir
-    # The binaries find their libraries and share/ relative to themselves: copy the whole tree.
-    copy = base / "pginstall"
-    shutil.copytree(bindir.parent, copy, symlinks=True)
+    try:
+        probe = subprocess.run(
+            [bindir / "postgres", "--version"], user=user.pw_uid, group=user.pw_gid,
+            extra_groups=[], capture_output=True, check=False, timeout=30,
+        )  # fmt: skip
+        if probe.returncode == 0:
+            return bindir
+    except PermissionError:
+        pass
+    # The binaries find share/ and lib/ relative to themselves, and a wheel's binaries their
+    # libraries in the package's auditwheel folder (`$ORIGIN/../../../pgserver.libs`): copy
+    # the installation and that folder, keeping where they lie relative to each other.
+    install, package = bindir.parent, bindir.parent.parent
+    copy = base / "pg" / package.name / install.name
+    shutil.copytree(install, copy, symlinks=True)
+    wheel_libs = package.parent / f"{package.name}.libs"
+    if wheel_libs.is_dir():
+        shutil.copytree(wheel_libs, base / "pg" / wheel_libs.name, symlinks=True)
     return copy / bindir.name
 
 

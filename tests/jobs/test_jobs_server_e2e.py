@@ -208,3 +208,57 @@ def test_jobs_on_postgresql_submit_wait_result(tmp_path: Path, postgres_url: str
         result = client.get(f"/v2/jobs/{job.json()['id']}/result").json()
     assert result["outputs"][0]["data"] == [42.0]
     assert not (tmp_path / "jobs.db").exists()  # the store is the database, not a file
+
+
+def test_fnserve_serve_jobs_flags(tmp_path: Path) -> None:
+    from tests.jobs.jobserver import JOB_MODELS
+    from tests.serverproc import ServerProcess
+
+    flags = ["--state-dir", tmp_path / "state", "--jobs-max-attempts", "2",
+             "--jobs-lease", "5", "--jobs-max-result-bytes", "1KiB"]  # fmt: skip
+    with (
+        ServerProcess.start(JOB_MODELS, *flags) as server,
+        httpx.Client(base_url=server.http, timeout=30) as client,
+    ):
+        broken = client.post("/v2/models/broken/jobs", json=infer_body("INPUT0", "FP32", [1]))
+        big = client.post("/v2/models/big/jobs", json=infer_body("COUNT", "INT32", [1000]))
+        failed = wait_for(client, broken.json()["id"])
+        too_big = wait_for(client, big.json()["id"])
+    assert (failed["state"], failed["attempts"], failed["max_attempts"]) == ("failed", 2, 2)
+    assert "over the limit of 1024 bytes" in too_big["error"]
+    assert (tmp_path / "state" / "jobs.db").exists()
+
+
+def test_a_job_store_that_cannot_open_stops_the_start(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.jobs.jobserver import JOB_MODELS
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    command = [sys.executable, "-m", "fnserve", "serve", str(JOB_MODELS), "--http-port", "0",
+               "--grpc-port", "0", "--metrics-port", "0",
+               "--jobs-db", str(blocker / "jobs.db")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "cannot open the job store" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_shutdown_answers_long_polls_at_once(tmp_path: Path) -> None:
+    answers: list[httpx.Response] = []
+    with job_server(tmp_path) as server, _client(server.http_url) as client:
+        job = client.post("/v2/models/slow/jobs", json=infer_body("SECONDS", "FP32", [3]))
+        url = f"http://{server.http_url}/v2/jobs/{job.json()['id']}"
+        poll = threading.Thread(
+            target=lambda: answers.append(httpx.get(url, params={"wait": 30}, timeout=30))
+        )
+        poll.start()
+        time.sleep(0.5)
+        stopping = time.monotonic()
+    poll.join(10)
+    (answer,) = answers
+    assert time.monotonic() - stopping < 5
+    assert answer.status_code == 200
+    assert answer.json()["state"] in ("queued", "running")

@@ -75,6 +75,7 @@ class JobService:
         self._callbacks = CallbackSender(settings.callback_attempts, settings.callback_timeout_s)
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._closing = False  # long-polls answer at once: the server is stopping
         self.durations = JobDurations()
 
     @property
@@ -88,7 +89,11 @@ class JobService:
         self._sweeper = asyncio.create_task(self._sweep(), name="jobs-sweeper")
 
     async def stop_worker(self) -> None:
-        """Stop running jobs: the ones in flight go back to the queue (idempotent)."""
+        """Stop running jobs: the ones in flight go back to the queue, and long-polls answer
+        with the job as it is, so none holds the shutdown up (idempotent)."""
+        self._closing = True
+        for job_id in list(self._waiters):
+            self._wake(job_id)
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
@@ -163,7 +168,7 @@ class JobService:
         job = await self._get(job_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(wait_s, 0.0), self._settings.max_wait_s)
-        while not job.state.terminal and loop.time() < deadline:
+        while not job.state.terminal and loop.time() < deadline and not self._closing:
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.setdefault(job_id, set()).add(waiter)
             try:

@@ -144,8 +144,15 @@ async def serve(
     )
     runtime.registry.budget.host_bytes = config.memory_budget_bytes
     runtime.registry.budget.gpu_bytes = config.gpu_memory_budget_bytes
+    # The job store first: a bad --jobs-db fails before any model loads. The worker finds
+    # the models as they become ready.
+    try:
+        jobs = await _start_jobs(runtime, config)
+    except StartupError:
+        for sock in (http_sock, grpc_sock, metrics_sock):
+            sock.close()
+        raise
     await runtime.start(config.model_defaults(), config.startup_models())
-    jobs = await _start_jobs(runtime, config)
     config = fit_connections_to_fds(config)
     grpc_server = GrpcServer(grpc_services(runtime, config, jobs), config)
     guard_grpc(grpc_server, access.grpc)

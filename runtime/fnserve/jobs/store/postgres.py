@@ -178,17 +178,23 @@ class PostgresJobStore:
         limit: int = 100,
         after: str | None = None,
     ) -> builtins.list[Job]:
+        # Only the filters given, so each query shape gets the plan (and index) that fits it.
+        where, args = ["true"], builtins.list[object]()
+        if model is not None:
+            args.append(model)
+            where.append(f"model = ${len(args)}")
+        if state is not None:
+            args.append(state.value)
+            where.append(f"state = ${len(args)}")
+        if after is not None:
+            args.append(after)
+            where.append(_after(f"${len(args)}"))
+        args.append(max(0, limit))
         rows = await self._db.fetch(
-            f"SELECT {_COLUMNS} FROM fnserve_jobs j"
-            " WHERE ($1::text IS NULL OR model = $1) AND ($2::text IS NULL OR state = $2)"
-            # The previous page's last job may have expired since: its id still carries its
-            # time (milliseconds in its first 12 hex digits).
-            " AND ($3::text IS NULL OR (created_at, id) < (COALESCE("
-            "   (SELECT created_at FROM fnserve_jobs WHERE id = $3),"
-            "   ('x' || lpad(left($3, 12), 16, '0'))::bit(64)::bigint / 1000.0), $3))"
-            " ORDER BY created_at DESC, id DESC LIMIT $4",
-            model, None if state is None else state.value, after, max(0, limit),
-        )  # fmt: skip
+            f"SELECT {_COLUMNS} FROM fnserve_jobs j WHERE {' AND '.join(where)}"
+            f" ORDER BY created_at DESC, id DESC LIMIT ${len(args)}",
+            *args,
+        )
         return [job_from_row(tuple(row)) for row in rows]
 
     async def cancel(self, job_id: str, now: float) -> Job | None:
@@ -272,3 +278,17 @@ class PostgresJobStore:
             finished_before,
         )
         return int(status.split()[-1])  # "DELETE 42"
+
+
+def _after(param: str) -> str:
+    """The condition for jobs listed after the job `param` names.
+
+    The previous page's last job may have expired since: its id still carries its time
+    (milliseconds, its first 12 hex digits). A token that is no job id gives no page.
+    """
+    created = f"(SELECT created_at FROM fnserve_jobs WHERE id = {param})"
+    from_id = f"('x' || lpad(left({param}, 12), 16, '0'))::bit(64)::bigint / 1000.0"
+    return (
+        f"(created_at, id) < (COALESCE({created},"
+        f" CASE WHEN {param} ~ '^[0-9a-f]{{12}}' THEN {from_id} END), {param})"
+    )

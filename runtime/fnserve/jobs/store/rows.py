@@ -33,10 +33,10 @@ def new_job_id(now: float) -> str:
 
 def id_time(job_id: str) -> float | None:
     """The creation time an id carries (to the millisecond; None when it carries none)."""
-    try:
-        return int(job_id[:12], 16) / 1000
-    except ValueError:
+    prefix = job_id[:12]
+    if len(prefix) < 12 or prefix.strip("0123456789abcdef"):
         return None
+    return int(prefix, 16) / 1000
 
 
 def job_from_row(row: Sequence[object]) -> Job:

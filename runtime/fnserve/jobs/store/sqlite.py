@@ -309,9 +309,10 @@ def _list(
         row = db.execute("SELECT created_at FROM fnserve_jobs WHERE id = ?", (after,)).fetchone()
         # The previous page's last job may have expired since: its id still carries its time.
         created = row[0] if row is not None else id_time(after)
-        if created is not None:
-            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-            args += [created, created, after]
+        if created is None:
+            return []  # not a job id
+        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+        args += [created, created, after]
     rows = db.execute(
         f"SELECT {COLUMNS} FROM fnserve_jobs WHERE {' AND '.join(where)}"
         " ORDER BY created_at DESC, id DESC LIMIT ?",
