@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import grpc  # type: ignore[import-untyped]  # grpcio has no stubs here
@@ -17,36 +16,21 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from fnserve.config.server import ServerConfig
 from fnserve.protocol import grpc_service_pb2 as pb, jobs_pb2
-from fnserve.repository.discover import discover
-from fnserve.runtime import Runtime
 from fnserve.server.grpc.stubs.jobs_grpc import JobsStub
+from tests.client.jobserver import jobs_server
 from tests.client.receiver import callback_receiver
-from tests.conftest import MODELS, RunningServer, start_server, stop_server
+from tests.conftest import RunningServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
 TOKEN = "jobs-api-token"
 
 
-@contextmanager
-def _serve(state_dir: Path, **settings: object) -> Iterator[RunningServer]:
-    config = ServerConfig(
-        http_port=0, grpc_port=0, metrics_port=0, shutdown_timeout_s=5,
-        state_dir=str(state_dir), **settings,  # type: ignore[arg-type]
-    )  # fmt: skip
-    handle = start_server(Runtime(discover([MODELS])), config)
-    try:
-        yield handle.server
-    finally:
-        stop_server(handle)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """Jobs on, a backlog of at most 3 queued jobs per model."""
-    with _serve(tmp_path_factory.mktemp("jobs"), jobs_max_backlog=3) as running:
+    with jobs_server(tmp_path_factory.mktemp("jobs"), jobs_max_backlog=3) as running:
         yield running
 
 
@@ -299,7 +283,7 @@ class TestCancelListCount:
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """Jobs behind an API token."""
-    with _serve(tmp_path_factory.mktemp("guarded"), api_token=TOKEN) as running:
+    with jobs_server(tmp_path_factory.mktemp("guarded"), api_token=TOKEN) as running:
         yield running
 
 
@@ -319,7 +303,7 @@ async def test_jobs_need_the_api_token(guarded: RunningServer) -> None:
 
 
 async def test_without_jobs_every_rpc_says_why(tmp_path: Path) -> None:
-    with _serve(tmp_path, jobs=False) as server:
+    with jobs_server(tmp_path, jobs=False) as server:
         async with Channel(server.ports.host, server.ports.grpc) as channel:
             status, message = await _code(JobsStub(channel).GetJob(jobs_pb2.GetJobRequest(id="x")))
         assert status is Status.UNIMPLEMENTED
