@@ -42,6 +42,11 @@ FNSERVE_ONLY = {
     "fnserve_model_reloads",
     "fnserve_model_memory_bytes",
     "fnserve_model_instances",
+    # durable jobs (server/jobs_metrics.py)
+    "fnserve_jobs",
+    "fnserve_jobs_queue_depth",
+    "fnserve_jobs_oldest_queued_age_seconds",
+    "fnserve_job_duration_seconds",
 }
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
