@@ -311,7 +311,8 @@ def main() -> None:
     default=".fnserve-state",
     show_default=True,
     metavar="DIR",
-    help="Where deployments (fnserve deploy) are kept; a restart serves them again.",
+    help="Where deployments (fnserve deploy) and the default job store (jobs.db) are kept; a "
+    "restart serves them again.",
 )
 @click.option(
     "--deploy-max-bytes",
@@ -348,6 +349,14 @@ def main() -> None:
     show_default=True,
     type=click.IntRange(min=0),
     help="Jobs of one model this server runs at once (0: the model's max batch size).",
+)
+@click.option(
+    "--jobs-online-workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Jobs of one model in flight while online requests are recent: few, so a backlog "
+    "barely moves online latency (raise it for models that cost the GPU, not the CPU).",
 )
 @click.option(
     "--jobs-lease",

@@ -59,3 +59,16 @@ def slow(SECONDS: np.ndarray) -> np.ndarray:
     """Blocks its only instance for SECONDS."""
     time.sleep(float(SECONDS[0]))
     return SECONDS
+
+
+@model(
+    max_batch_size=8,
+    dynamic_batching=DynamicBatching(max_queue_delay_microseconds=20_000),
+    inputs=[Tensor("X", "FP32", [1])],
+    outputs=[Tensor("JOB_ROWS", "INT32", [1])],
+)
+def batch_probe(X: np.ndarray) -> np.ndarray:
+    """Each row learns how many job rows (X >= 0; online requests send -1) its batch held."""
+    time.sleep(0.01)
+    job_rows = int((X >= 0).sum())
+    return np.full((len(X), 1), job_rows, dtype=np.int32)

@@ -114,6 +114,24 @@ class TestSubmitAndResult:
         )
         assert parsed.as_numpy("TEXT_OUT").tolist() == text.tolist()
 
+    def test_raw_binary_request_gets_a_binary_result(self, client: httpx.Client) -> None:
+        raw = np.array([1, 2, 3], dtype=np.float32).tobytes()  # the model's only input
+        headers = {"Inference-Header-Content-Length": "0"}
+        job = client.post("/v2/models/double/jobs", content=raw, headers=headers).json()
+        assert wait_for(client, job["id"])["state"] == "succeeded"
+        result = client.get(f"/v2/jobs/{job['id']}/result")
+        direct = client.post("/v2/models/double/infer", content=raw, headers=headers)
+        assert result.headers["content-type"] == "application/octet-stream"
+        assert result.content == direct.content
+
+    def test_result_is_compressed_when_asked(self, client: httpx.Client) -> None:
+        job = client.post("/v2/models/double/jobs", json=_double_body(*range(64))).json()
+        assert wait_for(client, job["id"])["state"] == "succeeded"
+        result = client.get(f"/v2/jobs/{job['id']}/result", headers={"Accept-Encoding": "gzip"})
+        direct = client.post("/v2/models/double/infer", json=_double_body(*range(64)))
+        assert result.headers["content-encoding"] == "gzip"
+        assert result.content == direct.content  # httpx decompressed it
+
     def test_versioned_submit_runs_that_version(self, client: httpx.Client) -> None:
         response = client.post("/v2/models/double/versions/1/jobs", json=_double_body(3))
         assert response.status_code == 202

@@ -3,58 +3,19 @@ metrics, jobs surviving a clean restart, the backlog limit, auth, and `--no-jobs
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.jobs.callbacks import CallbackReceiver
 from tests.jobs.jobserver import infer_body, job_server, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-class CallbackReceiver:
-    """A loopback HTTP server that records the JSON POSTed to it; answers 500 to the first
-    `fail_first` posts (to exercise retries)."""
-
-    def __init__(self, fail_first: int = 0) -> None:
-        self.received: list[dict[str, Any]] = []
-        self.attempts = 0
-        self.arrived = threading.Event()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                receiver.attempts += 1
-                if receiver.attempts <= fail_first:
-                    self.send_response(500)
-                else:
-                    receiver.received.append(json.loads(body))
-                    receiver.arrived.set()
-                    self.send_response(204)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/done"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -214,7 +175,7 @@ def test_fnserve_serve_jobs_flags(tmp_path: Path) -> None:
     from tests.jobs.jobserver import JOB_MODELS
     from tests.serverproc import ServerProcess
 
-    flags = ["--state-dir", tmp_path / "state", "--jobs-max-attempts", "2",
+    flags: list[str | Path] = ["--state-dir", tmp_path / "state", "--jobs-max-attempts", "2",
              "--jobs-lease", "5", "--jobs-max-result-bytes", "1KiB"]  # fmt: skip
     with (
         ServerProcess.start(JOB_MODELS, *flags) as server,

@@ -104,13 +104,15 @@ class ServerConfig:
             inference and metadata APIs (api or admin) require ("": none).
         token_file: a file of named tokens, one `NAME ROLE TOKEN` a line (see server/access.py).
         http_restricted_api, grpc_restricted_protocol: Triton's `APIS:KEY=VALUE` restrictions.
-        state_dir: where deployments (`fnserve deploy`) are kept and found after a restart.
+        state_dir: where deployments (`fnserve deploy`) and the default job store are kept and
+            found after a restart.
         deploy_max_bytes: largest deployment archive (its files may unpack to 8 times that).
         deploy_validate_timeout_s: how long a deployment's import, in a child process, may take.
         jobs: serve durable jobs (`/v2/jobs`); False: no job endpoints, no job store.
         jobs_db: the job store: a SQLite file path, or a `postgresql://` URL ("": `jobs.db`
             in `state_dir`).
         jobs_workers: jobs of one model this server runs at once (0: its max batch size).
+        jobs_online_workers: the same while online requests are recent (they come first).
         jobs_lease_s: how long a claimed job stays this server's without a renewal.
         jobs_max_attempts: attempts before a job fails with its last error.
         jobs_max_backlog: queued jobs one model may hold; past it submit answers 429.
@@ -168,6 +170,7 @@ class ServerConfig:
     jobs: bool = True
     jobs_db: str = field(default="", repr=False)  # a PostgreSQL URL may carry a password
     jobs_workers: int = 0
+    jobs_online_workers: int = 1
     jobs_lease_s: float = 30.0
     jobs_max_attempts: int = 3
     jobs_max_backlog: int = 100_000
@@ -260,6 +263,7 @@ _POSITIVE = (
     "h2_window_bytes",
     "stream_max_inflight",
     "repository_poll_secs",
+    "jobs_online_workers",
     "jobs_lease_s",
     "jobs_max_attempts",
     "jobs_max_backlog",

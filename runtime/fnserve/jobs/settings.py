@@ -11,7 +11,10 @@ class JobSettings:
 
     Args:
         workers: jobs of one model this server runs at once (0: the model's max batch size,
-            so jobs fill at most about one batch at a time beside online traffic).
+            so jobs fill at most about one batch at a time).
+        online_workers: the same while online requests are recent (see `worker.py`): few, so
+            the CPU jobs cost (claiming, decoding, storing results) does not come out of online
+            latency; raise it for models whose batches cost the accelerator, not the CPU.
         lease_s: how long a claimed job stays this server's without a renewal; renewed every
             third of it. A server that dies loses its jobs to others after this long.
         max_attempts: attempts before a job fails with its last error.
@@ -26,6 +29,7 @@ class JobSettings:
     """
 
     workers: int = 0
+    online_workers: int = 1
     lease_s: float = 30.0
     max_attempts: int = 3
     max_backlog: int = 100_000

@@ -4,7 +4,8 @@ lane, below every online request.
 Per model it keeps at most a window of jobs in flight (`--jobs-workers`, by default the model's
 max batch size), so the model's queue never holds a whole backlog and online requests wait for
 at most about one batch of jobs. While online traffic is recent (a request in flight, or one
-that ended under `_ONLINE_QUIET_S` ago) the window shrinks to one job: the background lane
+that ended under `_ONLINE_QUIET_S` ago) the window shrinks to `--jobs-online-workers` (default
+one job): the background lane
 orders the model's queue, but each job also costs the server CPU (claiming, decoding, storing
 its result), and on a busy core that time would come out of online latency. Measured with
 benchmarks/jobs_backlog.py: an eighth of the window still doubled online p99 on one core.
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 # Errors a retry cannot fix: the request itself is wrong for the model.
 _PERMANENT = (InvalidInputError, UnsupportedError)
-# Online traffic this recent makes the worker run one job per model at a time.
+# Online traffic this recent makes the worker keep to its online window.
 _ONLINE_QUIET_S = 0.1
 
 
@@ -133,7 +134,7 @@ class JobWorker:
         busy = self._runtime.online_idle_s() < _ONLINE_QUIET_S
         for model, window in self._windows().items():
             if busy:
-                window = 1
+                window = min(window, max(self._settings.online_workers, 1))
             free = window - sum(1 for r in self._running.values() if r.model == model)
             if free <= 0:
                 continue

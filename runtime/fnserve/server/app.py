@@ -201,6 +201,7 @@ async def _start_jobs(runtime: Runtime, config: ServerConfig) -> JobService | No
     location = config.jobs_store_location()
     settings = JobSettings(
         workers=config.jobs_workers,
+        online_workers=config.jobs_online_workers,
         lease_s=config.jobs_lease_s,
         max_attempts=config.jobs_max_attempts,
         max_backlog=config.jobs_max_backlog,
