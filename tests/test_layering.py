@@ -1,6 +1,7 @@
 """Imports point down only (DESIGN.md's layering), checked on the source of every module.
 
-    cli, bench         the command line; bench is a client and talks to servers over the wire
+    cli, bench, client the command line; bench and client (the jobs client) talk to servers
+                       over the wire
     server/            the frontends
     deploy/            deployments: archives, the state directory, validation, the service
     runtime.py         the in-process facade
@@ -9,7 +10,8 @@
     backends/          what runs one batch
     everything else    config, protocol (generated messages), types, errors, tensors, ...
 
-Nothing below `server/` may import a frontend library; `bench/` may not import the core.
+Nothing below `server/` may import a frontend library; `bench/` and `client/` may not import
+the core.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ import pytest
 
 PACKAGE = Path(__file__).parents[1] / "runtime" / "fnserve"
 FRONTEND_LIBRARIES = ("starlette", "hypercorn", "uvicorn", "grpclib")
-RANK = {"cli": 0, "bench": 0, "server": 1, "deploy": 2, "jobs": 2, "runtime": 3, "repository": 4,
-        "scheduling": 5, "backends": 6}  # fmt: skip
+RANK = {"cli": 0, "bench": 0, "client": 0, "server": 1, "deploy": 2, "jobs": 2, "runtime": 3,
+        "repository": 4, "scheduling": 5, "backends": 6}  # fmt: skip
 BOTTOM = 7  # config, protocol, types, errors, tensors, model, stats, limits, user_modules ...
 ENTRY_POINTS = {"__main__.py"}  # `python -m fnserve` runs the cli
-# bench is a load generator: it may use the wire vocabulary, never the server's insides.
+# bench is a load generator and client a library for remote callers: they may use the wire
+# vocabulary (tensors, protocol, the job records), never the server's insides.
 BENCH_MAY_NOT_IMPORT = ("fnserve.server", "fnserve.runtime", "fnserve.repository",
                         "fnserve.scheduling", "fnserve.backends", "fnserve.cli")  # fmt: skip
+CLIENT_MAY_NOT_IMPORT = (*BENCH_MAY_NOT_IMPORT, "fnserve.deploy", "fnserve.jobs.service",
+                         "fnserve.jobs.worker", "fnserve.jobs.store")  # fmt: skip
 
 
 def _imports(path: Path) -> set[str]:
@@ -43,6 +48,12 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
     return names
+
+
+def _within(name: str, modules: tuple[str, ...]) -> bool:
+    """Whether module `name` is one of `modules` or inside one ("fnserve.client" is not in
+    "fnserve.cli")."""
+    return any(name == m or name.startswith(m + ".") for m in modules)
 
 
 def _part(path: Path) -> str:
@@ -84,8 +95,14 @@ def test_core_does_not_import_frontend_libraries(path: Path) -> None:
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "bench").rglob("*.py")), ids=lambda p: p.name)
 def test_bench_is_a_client_of_the_wire_only(path: Path) -> None:
-    bad = {n for n in _imports(path) if n.startswith(BENCH_MAY_NOT_IMPORT)}
+    bad = {n for n in _imports(path) if _within(n, BENCH_MAY_NOT_IMPORT)}
     assert not bad, f"bench/{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "client").rglob("*.py")), ids=lambda p: p.name)
+def test_client_is_a_client_of_the_wire_only(path: Path) -> None:
+    bad = {n for n in _imports(path) if _within(n, CLIENT_MAY_NOT_IMPORT)}
+    assert not bad, f"client/{path.name} imports {sorted(bad)}"
 
 
 def test_the_rules_see_every_layer() -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "runtime" / "fnserve"
 PROTOCOL_DIR = ROOT / "protocol"
 STUBS_DIR = ROOT / "server" / "grpc" / "stubs"
-PROTOS = ("model_config.proto", "grpc_service.proto", "health.proto")
+PROTOS = ("model_config.proto", "grpc_service.proto", "health.proto", "jobs.proto")
 _SIBLING_IMPORT = re.compile(r"^import (\w+_pb2)\b", re.MULTILINE)
 _STUB_IMPORT = re.compile(r"^from \. import (\w+_pb2)\b", re.MULTILINE)
 _DEFAULT_POOL = "_descriptor_pool.Default().AddSerializedFile("

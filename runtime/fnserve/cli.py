@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from fnserve import __version__
+from fnserve.client.cli import jobs_group
 from fnserve.config.server import ServerConfig
 from fnserve.config.sizes import parse_size
 from fnserve.deploy.store import DeploymentStore
@@ -720,3 +721,7 @@ def undeploy_command(name: str, **target: str) -> None:
     from fnserve.deploy import commands
 
     commands.undeploy(name, commands.Target(**target))
+
+
+# `fnserve jobs ...`: the group and its options live beside the client they drive.
+main.add_command(jobs_group)

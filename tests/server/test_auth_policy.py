@@ -18,7 +18,7 @@ from fnserve.errors import (
     StartupError,
     UnauthenticatedError,
 )
-from fnserve.protocol import grpc_service_pb2
+from fnserve.protocol import grpc_service_pb2, jobs_pb2
 from fnserve.runtime import Runtime
 from fnserve.server import auth
 from fnserve.server.access import access_policies, read_token_file
@@ -239,3 +239,9 @@ def test_every_grpc_method_has_an_api_group() -> None:
     methods = {f"/inference.GRPCInferenceService/{m.name}" for m in service.methods}
     assert methods <= set(GROUP_OF_METHOD)
     assert GROUP_OF_METHOD["/inference.GRPCInferenceService/ModelStreamInfer"] == "inference"
+
+
+def test_every_jobs_rpc_needs_the_inference_role() -> None:
+    service = jobs_pb2.DESCRIPTOR.services_by_name["Jobs"]
+    groups = {GROUP_OF_METHOD.get(f"/fnserve.jobs.v1.Jobs/{m.name}") for m in service.methods}
+    assert groups == {"inference"}

@@ -159,7 +159,7 @@ async def serve(
         raise
     await runtime.start(config.model_defaults(), config.startup_models())
     config = fit_connections_to_fds(config)
-    grpc_server = GrpcServer(grpc_services(runtime, config), config)
+    grpc_server = GrpcServer(grpc_services(runtime, config, jobs), config)
     guard_grpc(grpc_server, access.grpc)
     await grpc_server.serve_on(grpc_sock, tls.grpc if tls else None)
     frontends_stop = asyncio.Event()

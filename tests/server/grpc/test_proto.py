@@ -8,7 +8,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 from tritonclient.grpc import model_config_pb2 as triton_config, service_pb2 as triton_service
 
-from fnserve.protocol import grpc_service_pb2, model_config_pb2
+from fnserve.protocol import grpc_service_pb2, jobs_pb2, model_config_pb2
 from fnserve.server.grpc.service import grpc_services
 
 
@@ -61,11 +61,19 @@ def test_messages_fields_and_rpcs_match_tritonclient(ours: Any, theirs: Any) -> 
 
 
 def test_every_rpc_and_the_health_check_are_routed() -> None:
-    inference, health = grpc_services(runtime=None)  # type: ignore[arg-type]
+    inference, health, _ = grpc_services(runtime=None)  # type: ignore[arg-type]
     service = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     expected = {f"/inference.GRPCInferenceService/{m.name}" for m in service.methods}
     assert set(inference.__mapping__()) == expected
     assert set(health.__mapping__()) == {
         "/grpc.health.v1.Health/Check",
         "/grpc.health.v1.Health/Watch",
+    }
+
+
+def test_the_jobs_service_routes_every_rpc() -> None:
+    jobs = grpc_services(runtime=None)[-1]  # type: ignore[arg-type]
+    descriptor = jobs_pb2.DESCRIPTOR.services_by_name["Jobs"]
+    assert set(jobs.__mapping__()) == {
+        f"/fnserve.jobs.v1.Jobs/{m.name}" for m in descriptor.methods
     }

@@ -31,6 +31,9 @@ _RPC_GROUPS = {
     "logging": ("LogSettings",),
 }
 GROUP_OF_METHOD = {_SERVICE + rpc: g for g, rpcs in _RPC_GROUPS.items() for rpc in rpcs}
+# Jobs are inference run later: the same role may submit, read and cancel them.
+_JOBS_RPCS = ("SubmitJob", "GetJob", "GetJobResult", "CancelJob", "ListJobs", "CountJobs")
+GROUP_OF_METHOD.update({f"/fnserve.jobs.v1.Jobs/{rpc}": "inference" for rpc in _JOBS_RPCS})
 GROUP_OF_METHOD["/grpc.health.v1.Health/Check"] = "health"
 GROUP_OF_METHOD["/grpc.health.v1.Health/Watch"] = "health"
 

@@ -1,4 +1,5 @@
-"""Read one gRPC request message with a size limit checked before the message is buffered.
+"""Read one gRPC request message with a size limit checked before the message is buffered, and
+serve unary RPCs with it (`answer`).
 
 grpclib's `Stream.recv_message` waits until the whole message, whatever its length prefix
 says, sits in memory (a 512 MiB request peaked at 3.2 GB) and turns a prefix that lies into
@@ -11,15 +12,20 @@ back to the public API when they are not there.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from fnserve.errors import InvalidInputError
+from fnserve.server.grpc.errors import to_grpc_error
+
 if TYPE_CHECKING:
     from grpclib.server import Stream
 
 _Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
 _PREFIX_SIZE = 5
 
 
@@ -64,3 +70,17 @@ def _message_size(prefix: bytes, max_bytes: int) -> int:
             f"received message larger than max ({size} vs. {max_bytes})",
         )
     return size
+
+
+async def answer(
+    stream: Stream[_Req, _Resp], handler: Callable[[_Req], Awaitable[_Resp]], max_bytes: int
+) -> None:
+    """Serve one unary RPC: read the request, run `handler`, send its reply or the error."""
+    try:
+        request = await receive(stream, max_bytes)
+        if request is None:
+            raise InvalidInputError("the request message is missing")
+        reply = await handler(request)
+    except Exception as exc:
+        raise to_grpc_error(exc) from None
+    await stream.send_message(reply)

@@ -1,4 +1,5 @@
-"""grpclib services: `inference.GRPCInferenceService` (every Triton RPC) and `grpc.health.v1`.
+"""grpclib services: `inference.GRPCInferenceService` (every Triton RPC) and `grpc.health.v1`;
+`fnserve.jobs.v1.Jobs` lives in `jobs.py`.
 
 Handlers only translate: messages in, `Runtime` calls, messages out. Errors become gRPC status
 codes through the one table in `errors.py`; the shared-memory, trace and log RPCs answer
@@ -9,8 +10,7 @@ UNIMPLEMENTED naming the RPC. Pass `grpc_services(runtime, config)` to `grpclib.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -22,7 +22,8 @@ from fnserve.protocol import grpc_service_pb2 as pb, health_pb2
 from fnserve.server.grpc import messages
 from fnserve.server.grpc.codec import check_target, decode_request, encode_response
 from fnserve.server.grpc.errors import to_grpc_error
-from fnserve.server.grpc.receive import receive
+from fnserve.server.grpc.jobs import JobsService
+from fnserve.server.grpc.receive import answer as _answer, receive
 from fnserve.server.grpc.reply import check_reply_size, send_unary
 from fnserve.server.grpc.stream import StreamLimits, serve_stream
 from fnserve.server.grpc.stubs.grpc_service_grpc import GRPCInferenceServiceBase
@@ -31,29 +32,14 @@ from fnserve.server.grpc.stubs.health_grpc import HealthBase
 if TYPE_CHECKING:
     from grpclib.server import Stream
 
+    from fnserve.jobs.service import JobService
     from fnserve.runtime import Runtime
 
-_Req = TypeVar("_Req")
-_Resp = TypeVar("_Resp")
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 # Load parameters that would replace the model's files; fnserve loads from its definitions only.
 _OVERRIDE_PARAMETER = "config"
 _FILE_PARAMETER_PREFIX = "file:"
-
-
-async def _answer(
-    stream: Stream[_Req, _Resp], handler: Callable[[_Req], Awaitable[_Resp]], max_bytes: int
-) -> None:
-    """Serve one unary RPC: read the request, run `handler`, send its reply or the error."""
-    try:
-        request = await receive(stream, max_bytes)
-        if request is None:
-            raise InvalidInputError("the request message is missing")
-        reply = await handler(request)
-    except Exception as exc:
-        raise to_grpc_error(exc) from None
-    await stream.send_message(reply)
 
 
 def _unimplemented(rpc: str) -> GRPCError:
@@ -267,17 +253,17 @@ class HealthService(HealthBase):
 
 
 def grpc_services(
-    runtime: Runtime, config: ServerConfig | None = None
-) -> list[InferenceService | HealthService]:
+    runtime: Runtime, config: ServerConfig | None = None, jobs: JobService | None = None
+) -> list[InferenceService | HealthService | JobsService]:
     """The services to pass to `grpclib.server.Server`.
 
     Args:
         runtime: the models to serve.
         config: server settings (the input limits are taken from it).
+        jobs: the job service; None (`--no-jobs`): `fnserve.jobs.v1.Jobs` answers UNIMPLEMENTED.
     """
     config = config or ServerConfig()
     max_bytes = config.grpc_max_message_bytes
-    inference = InferenceService(
-        runtime, config.input_limits(), max_bytes, config.stream_max_inflight
-    )
-    return [inference, HealthService(runtime, max_bytes)]
+    limits = config.input_limits()
+    inference = InferenceService(runtime, limits, max_bytes, config.stream_max_inflight)
+    return [inference, HealthService(runtime, max_bytes), JobsService(jobs, limits, max_bytes)]
