@@ -43,18 +43,44 @@ class Scheduler(Protocol):
 
 
 class QueueScheduler:
-    """What both schedulers share: the request queue and the wake-up when it changes."""
+    """What both schedulers share: the request queue and the wake-up when it changes.
 
-    def __init__(self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> None:
+    A request that finds the queue empty and an idle instance that runs inline (a model whose
+    batches take microseconds, see inline.py) is launched at once, without the queue and the
+    scheduler's loop: when nothing waits, no batch could take it along, and the two turns of
+    the event loop the dispatch takes would cost more than the model itself. Only when the
+    scheduler would dispatch it at once anyway (`dispatch_at_once`: no batching delay).
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        pool: InstancePool,
+        max_queue_size: int = 0,
+        dispatch_at_once: bool = True,
+    ) -> None:
         self._pool = pool
         self._wakeup = asyncio.Event()
         self.queue = RequestQueue(
             config.name, config.dynamic_batching, self._wakeup.set, max_queue_size
         )
         self._flushing = False
+        self._at_once = dispatch_at_once
 
     def submit_nowait(self, entry: PendingRequest) -> None:
+        if self._at_once and not len(self.queue) and self._launch_inline(entry):
+            return
         self.queue.put_nowait(entry)
+
+    def _launch_inline(self, entry: PendingRequest) -> bool:
+        instance = self._pool.try_acquire()
+        if instance is None:
+            return False
+        if not instance.runs_inline():
+            self._pool.release(instance)
+            return False
+        self._pool.launch(instance, [entry])
+        return True
 
     def queued(self) -> int:
         return len(self.queue)
