@@ -378,10 +378,10 @@ class Runtime:
         self._inflight += 1
         try:
             entry = prepare(loaded.config, request)
-            loaded.scheduler.submit_nowait(entry)
+            running = loaded.scheduler.execute(entry)
             stats.pending += 1
             try:
-                outputs = await entry.future
+                outputs = await running
             finally:
                 stats.pending -= 1
         except BaseException as exc:

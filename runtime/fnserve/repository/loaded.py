@@ -125,9 +125,7 @@ class LoadedModel:
         if self.config.ensemble:  # no instances: the steps' models do the work
             if caller is None:
                 raise RepositoryError(f"ensemble '{self.config.name}' needs a runtime to call")
-            self.scheduler = EnsembleScheduler(
-                self.config, caller, supervisor, defaults.max_queue_size
-            )
+            self.scheduler = EnsembleScheduler(self.config, caller, defaults.max_queue_size)
         else:
             self.scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size)
         self._task: asyncio.Task[None] | None = None

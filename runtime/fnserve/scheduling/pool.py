@@ -271,7 +271,10 @@ class InstancePool:
             )
         self._running[future] = run
         self._peak_busy = max(self._peak_busy, len(self._running))
-        future.add_done_callback(self._done)
+        if future.done():  # it ran inline: answer now, the caller then awaits no loop turn
+            self._done(future)
+        else:
+            future.add_done_callback(self._done)
 
     def _expire(self, future: asyncio.Future[Outcome], run: _Batch) -> None:
         """Past the execution timeout: give up on the batch (a stuck thread is left behind)."""
