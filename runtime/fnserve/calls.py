@@ -41,6 +41,18 @@ CURRENT_CLIENT: contextvars.ContextVar[ModelClient | None] = contextvars.Context
     "fnserve_model_client", default=None
 )
 
+# Set while a batch runs on the event loop's thread (`scheduling/inline.py`): a synchronous
+# call from there must move the batch to its own thread instead of failing.
+RUNNING_INLINE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "fnserve_running_inline", default=False
+)
+
+
+class NeedsOwnThread(BaseException):
+    """A synchronous model call made from a batch run inline. A BaseException, so the model's
+    own `except Exception` and the runner's error wrapping let it through to the instance,
+    which reruns the batch on the model's thread."""
+
 
 class ModelClient:
     """Calls models of the runtime that serves the calling model.
@@ -105,6 +117,8 @@ class ModelClient:
         except RuntimeError:
             running = None
         if running is self._loop:
+            if RUNNING_INLINE.get():  # a short model run inline: move it to its thread
+                raise NeedsOwnThread
             raise RuntimeError(
                 "infer_blocking() was called on the event loop: in an async model use "
                 "`await fnserve.infer(...)`"

@@ -210,6 +210,16 @@ def main() -> None:
     help="Seconds requests wait for a scaled-to-zero model to load and warm up (then 503).",
 )
 @click.option(
+    "--inline-max-us",
+    "inline_us",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Run a sync CPU model's batches on the event loop's thread once they all take at "
+    "most this many microseconds (saves two thread hand-offs per call; a batch that hangs "
+    "then stops the server). 0: off. A model's parameter inline_max_us wins.",
+)
+@click.option(
     "--memory-budget",
     "memory_budget_bytes",
     default="0",

@@ -403,10 +403,10 @@ class Runtime:
         self._background_inflight += background
         try:
             entry = prepare(loaded.config, request, background)
-            loaded.scheduler.submit_nowait(entry)
+            running = loaded.scheduler.execute(entry)
             stats.pending += 1
             try:
-                outputs = await entry.future
+                outputs = await running
             finally:
                 stats.pending -= 1
         except BaseException as exc:

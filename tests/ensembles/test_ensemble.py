@@ -4,12 +4,13 @@ step fails only its request, naming the step."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
 
 from fnserve import DynamicBatching, Step, Tensor, ensemble, model
-from fnserve.errors import ModelConfigError, ModelExecutionError
+from fnserve.errors import ModelConfigError, ModelExecutionError, UnavailableError
 from fnserve.runtime import Runtime
 from fnserve.types import InferInput, InferRequest
 
@@ -117,3 +118,25 @@ def test_a_tensor_nothing_provides_is_refused() -> None:
     unbatched = model(inputs=[_f("A")], outputs=[_f("Q")])(lambda A: A)
     with pytest.raises(ModelConfigError, match="all batch or all not batch"):
         ensemble("mixed", steps=[double, unbatched])
+
+
+@model(inputs=[_f("X")], outputs=[_f("A")], max_batch_size=64)
+def stuck(X: np.ndarray) -> np.ndarray:
+    time.sleep(1.0)
+    return X
+
+
+slow_chain = ensemble("slow_chain", steps=[stuck])
+
+
+async def test_an_unload_past_its_deadline_fails_running_requests_cleanly() -> None:
+    """Ensemble requests run in their callers' tasks; failed by an unload's deadline, the
+    caller gets the error (503), not a cancellation of its own task."""
+    runtime = Runtime([stuck, slow_chain])
+    await runtime.start()
+    request = asyncio.ensure_future(runtime.infer(_request("slow_chain", 1.0)))
+    await asyncio.sleep(0.2)  # the step is running
+    await runtime.aclose(drain_timeout_s=0.1)
+    with pytest.raises(UnavailableError):
+        await request
+    assert not request.cancelled()

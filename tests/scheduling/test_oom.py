@@ -218,6 +218,9 @@ class FakeInstance:
         self.runs: list[list[float]] = []  # the first value of each request, per run
         self.held: list[tuple[asyncio.Future[Outcome], Sequence[PendingRequest]]] = []
 
+    def runs_inline(self) -> bool:
+        return False
+
     def start(self, batch: Sequence[PendingRequest]) -> asyncio.Future[Outcome]:
         self.runs.append([float(e.inputs["X"][0, 0]) for e in batch])
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()

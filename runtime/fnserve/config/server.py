@@ -23,6 +23,9 @@ class ModelDefaults(NamedTuple):
         debug_errors: send model error messages whole (host paths included) to clients.
         idle_timeout_s: scale a model to zero after this long unused (0: never).
         cold_start_timeout_s: how long requests wait for a scaled-to-zero model to come back.
+        inline_us: a sync CPU model whose batches all take at most this long runs them on
+            the event loop's thread (0: always on its own thread, the default; a model's
+            parameter `inline_max_us` wins; see scheduling/inline.py).
     """
 
     execution_timeout_s: float = 0.0
@@ -31,6 +34,7 @@ class ModelDefaults(NamedTuple):
     debug_errors: bool = False
     idle_timeout_s: float = 0.0
     cold_start_timeout_s: float = 60.0
+    inline_us: float = 0.0
 
 
 class WatchSettings(NamedTuple):
@@ -82,6 +86,7 @@ class ServerConfig:
             never); a model's own `idle_timeout_s` wins.
         cold_start_timeout_s: how long requests for a scaled-to-zero model wait for its cold
             start before 503 / UNAVAILABLE.
+        inline_us: default inline limit (`--inline-max-us`; 0: off); see ModelDefaults.
         memory_budget_bytes: host memory the loaded models may use together (0: no budget);
             past it the least recently used idle models are scaled to zero.
         gpu_memory_budget_bytes: the same for each GPU (0: no budget).
@@ -148,6 +153,7 @@ class ServerConfig:
     max_queue_size: int = 1024
     idle_timeout_s: float = 0.0
     cold_start_timeout_s: float = 60.0
+    inline_us: float = 0.0
     memory_budget_bytes: int = 0
     gpu_memory_budget_bytes: int = 0
     debug_errors: bool = False
@@ -191,7 +197,8 @@ class ServerConfig:
                 f"{self.execution_timeout_s} and shutdown_timeout_s={self.shutdown_timeout_s}"
             )
         for name in ("max_queue_size", "idle_timeout_s", "memory_budget_bytes",
-                     "gpu_memory_budget_bytes", "jobs_workers", "jobs_max_wait_s"):  # fmt: skip
+                     "gpu_memory_budget_bytes", "jobs_workers", "jobs_max_wait_s",
+                     "inline_us"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ModelConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cold_start_timeout_s <= 0:
@@ -229,6 +236,7 @@ class ServerConfig:
             self.debug_errors,
             self.idle_timeout_s,
             self.cold_start_timeout_s,
+            self.inline_us,
         )
 
     def startup_models(self) -> tuple[str, ...] | None:

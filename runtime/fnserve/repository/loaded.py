@@ -27,6 +27,7 @@ from fnserve.errors import RepositoryError, UnavailableError
 from fnserve.model import InstanceContext
 from fnserve.scheduling.autoscale import InstanceScaler, ScalePolicy
 from fnserve.scheduling.ensemble import EnsembleScheduler
+from fnserve.scheduling.inline import InlinePolicy, inline_limit_ns
 from fnserve.scheduling.pool import Instance, InstancePool, ThreadInstance
 from fnserve.scheduling.runner import BatchRunner
 from fnserve.scheduling.scheduler import Scheduler, scheduler_for
@@ -48,11 +49,14 @@ class InstanceMaker:
         placements: list[Placement],
         debug_errors: bool,
         client: ModelClient | None = None,
+        inline_ns: int = 0,
     ) -> None:
         self.factory = factory
         self.placements = placements
         self._debug_errors = debug_errors
         self._client = client  # lets the model's code call other models
+        # One policy for all the model's CPU instances: they run the same code.
+        self._inline = InlinePolicy(inline_ns) if inline_ns > 0 else None
 
     def __len__(self) -> int:
         return len(self.placements)
@@ -70,7 +74,8 @@ class InstanceMaker:
             return _process_instance(self.factory, context, self._debug_errors)
         runner = BatchRunner(config, self.factory.create(context), self._debug_errors)
         runner.client = self._client
-        return ThreadInstance(index, runner, f"{config.name}-{index}")
+        inline = self._inline if context.kind == "KIND_CPU" else None
+        return ThreadInstance(index, runner, f"{config.name}-{index}", inline)
 
 
 class LoadedModel:
@@ -120,9 +125,7 @@ class LoadedModel:
         if self.config.ensemble:  # no instances: the steps' models do the work
             if caller is None:
                 raise RepositoryError(f"ensemble '{self.config.name}' needs a runtime to call")
-            self.scheduler = EnsembleScheduler(
-                self.config, caller, supervisor, defaults.max_queue_size
-            )
+            self.scheduler = EnsembleScheduler(self.config, caller, defaults.max_queue_size)
         else:
             self.scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size)
         self._task: asyncio.Task[None] | None = None
@@ -228,7 +231,13 @@ async def build_model(
         maker = InstanceMaker(_NoBackend(spec), [], defaults.debug_errors)
         return LoadedModel(spec, [], maker, defaults, supervisor, on_crash, caller)
     client = None if caller is None else ModelClient(caller, asyncio.get_running_loop())
-    maker = InstanceMaker(factory_for(spec), placements(config), defaults.debug_errors, client)
+    timeout_s = config.execution_timeout_s
+    if timeout_s is None:
+        timeout_s = defaults.execution_timeout_s
+    inline_ns = inline_limit_ns(config, defaults.inline_us, timeout_s)
+    maker = InstanceMaker(
+        factory_for(spec), placements(config), defaults.debug_errors, client, inline_ns
+    )
     instances: list[Instance] = []
     try:
         for index in range(len(maker)):

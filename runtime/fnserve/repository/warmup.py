@@ -40,8 +40,7 @@ async def run_warmup(loaded: LoadedModel) -> None:
                 # the batcher's max_queue_delay at once instead of waiting for rows that never
                 # come (its queue time is not kept: statistics restart after warmup).
                 entry.enqueued_ns = 0
-                loaded.scheduler.submit_nowait(entry)
-                await entry.future
+                await loaded.scheduler.execute(entry)
         except (FnserveError, OSError, ValueError) as exc:
             detail = exc.message if isinstance(exc, FnserveError) else str(exc)
             raise RepositoryError(f"warmup sample '{sample.name}' failed: {detail}") from exc

@@ -88,8 +88,9 @@ class DynamicBatcher(QueueScheduler):
     """The loop that feeds one model's instances with batches from its queue."""
 
     def __init__(self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> None:
-        super().__init__(config, pool, max_queue_size)
-        self._policy = BatchPolicy(config)
+        policy = BatchPolicy(config)
+        super().__init__(config, pool, max_queue_size, dispatch_at_once=not policy.max_delay_ns)
+        self._policy = policy
         self._cap = pool.batch_cap = BatchCap(config.name)  # the pool lowers it on OOM
 
     async def run(self) -> None:

@@ -1,8 +1,8 @@
 """The ensemble scheduler: each request flows through the steps' own models, as a DAG.
 
-An ensemble has no instances of its own. Every request gets a task that calls the composing
-models through the runtime (`ModelCaller.infer`), so each step queues in that model's
-scheduler and batches with the steps of other requests. A step starts as soon as every
+An ensemble has no instances of its own. Every request runs in its caller's task and calls the
+composing models through the runtime (`ModelCaller.infer`), so each step queues in that
+model's scheduler and batches with the steps of other requests. A step starts as soon as every
 tensor it reads exists (steps whose inputs are ready run concurrently); tensors pass between
 steps as the same numpy arrays, never serialized or copied. A failing step fails only its
 request, with an error that names the step.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fnserve.config.model_config import EnsembleStep, ModelConfig
 from fnserve.errors import FnserveError, ModelExecutionError, QueueFullError
 from fnserve.scheduling.request import PendingRequest
-from fnserve.scheduling.supervisor import Supervisor
 from fnserve.types import Array, InferInput, InferRequest, ModelCaller
 
 
@@ -26,31 +26,42 @@ class EnsembleScheduler:
     Args:
         config: the ensemble's config (its `ensemble` steps).
         caller: what calls the composing models (the runtime).
-        supervisor: runs one task per request.
         max_inflight: requests running at once before new ones are refused (QueueFullError).
     """
 
-    def __init__(
-        self, config: ModelConfig, caller: ModelCaller, supervisor: Supervisor, max_inflight: int
-    ) -> None:
+    def __init__(self, config: ModelConfig, caller: ModelCaller, max_inflight: int) -> None:
         self._config = config
         self._caller = caller
-        self._supervisor = supervisor
         self._max_inflight = max_inflight
-        self._running: dict[asyncio.Task[None], PendingRequest] = {}
+        self._running: dict[asyncio.Task[Any], PendingRequest] = {}  # by the caller's task
 
-    def submit_nowait(self, entry: PendingRequest) -> None:
+    async def execute(self, entry: PendingRequest) -> dict[str, Array]:
+        """Run the steps in the caller's own task: no task to create, and no turn of the loop
+        to hand the outputs back (at concurrency 1 those were a good part of what an ensemble
+        added to its steps)."""
         if self._max_inflight and len(self._running) >= self._max_inflight:
             raise QueueFullError(
                 f"exceeds maximum queue size of {self._max_inflight} for model "
                 f"'{self._config.name}'"
             )
-        task = self._supervisor.spawn(self._serve(entry), f"{self._config.name}-request")
+        task = asyncio.current_task()
+        assert task is not None
         self._running[task] = entry
-        task.add_done_callback(self._forget)
-
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        try:
+            chain = (*entry.call_chain, self._config.name)
+            return await run_steps(self._config, entry.inputs, self._caller, chain)
+        except asyncio.CancelledError:
+            failed = entry.future.done() and not entry.future.cancelled()
+            error = entry.future.exception() if failed else None
+            if error is not None and task.uncancel() == 0:  # fail_queued ended it: its error
+                raise error from None
+            raise
+        except FnserveError:
+            raise
+        except Exception as exc:  # a bug in a step's plumbing: still answer the request
+            raise ModelExecutionError(f"ensemble '{self._config.name}' failed: {exc!r}") from exc
+        finally:
+            self._running.pop(task, None)
 
     def queued(self) -> int:
         return len(self._running)
@@ -59,32 +70,17 @@ class EnsembleScheduler:
         """Nothing waits to form batches here."""
 
     def fail_queued(self, error: Exception) -> None:
+        """Fail every running request with `error` (their steps are cancelled)."""
         for task, entry in list(self._running.items()):
             if entry.alive:
                 entry.future.set_exception(error)
-            self._supervisor.stop(task)
+                entry.future.exception()  # retrieved: `execute` raises it, nobody awaits it
+                task.cancel()
         self._running.clear()
 
     async def run(self) -> None:
-        """Requests run in their own tasks; this only keeps the scheduler's place."""
+        """Requests run in their callers' tasks; this only keeps the scheduler's place."""
         await asyncio.get_running_loop().create_future()  # until cancelled
-
-    async def _serve(self, entry: PendingRequest) -> None:
-        try:
-            chain = (*entry.call_chain, self._config.name)
-            outputs = await run_steps(self._config, entry.inputs, self._caller, chain)
-        except FnserveError as exc:
-            if entry.alive:
-                entry.future.set_exception(exc)
-            return
-        except Exception as exc:  # a bug in a step's plumbing: still answer the request
-            if entry.alive:
-                entry.future.set_exception(
-                    ModelExecutionError(f"ensemble '{self._config.name}' failed: {exc!r}")
-                )
-            return
-        if entry.alive:
-            entry.future.set_result(outputs)
 
 
 async def run_steps(

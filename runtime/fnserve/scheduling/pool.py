@@ -27,6 +27,7 @@ from fnserve.errors import (
     OutOfMemoryError,
     UnavailableError,
 )
+from fnserve.scheduling.inline import RUNNING_INLINE, InlinePolicy, NeedsOwnThread
 from fnserve.scheduling.oom import BatchCap, describe, halves, is_out_of_memory
 from fnserve.scheduling.request import PendingRequest
 from fnserve.scheduling.runner import BatchRunner, ExecutionTimes, scrub_paths
@@ -59,6 +60,10 @@ class Instance(Protocol):
 
     def start(self, batch: Sequence[PendingRequest]) -> asyncio.Future[Outcome]: ...
 
+    def runs_inline(self) -> bool:
+        """Whether `start` would run the next batch on the loop's thread (see inline.py)."""
+        ...
+
     def close(self) -> None: ...
 
     def abandon(self) -> None: ...
@@ -68,17 +73,63 @@ InstanceFactory = Callable[[int], Instance]  # builds the instance for an index 
 
 
 class ThreadInstance:
-    """An in-process instance: a sync model on its own daemon thread, an async one on the loop."""
+    """An in-process instance: a sync model on its own daemon thread, an async one on the loop.
 
-    def __init__(self, index: int, runner: BatchRunner, thread_name: str) -> None:
+    With an `InlinePolicy`, a sync model whose batches are all short runs them on the loop's
+    thread instead (see `inline.py`).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        runner: BatchRunner,
+        thread_name: str,
+        inline: InlinePolicy | None = None,
+    ) -> None:
         self.index = index
         self.runner = runner
         self._worker = None if runner.is_async else DaemonWorker(thread_name)
+        self._inline = None if runner.is_async else inline
 
     def start(self, batch: Sequence[PendingRequest]) -> asyncio.Future[Outcome]:
         if self._worker is None:
             return asyncio.ensure_future(self.runner.arun(batch))
-        return self._worker.call(self.runner.run, batch)
+        if self._inline is None:
+            return self._worker.call(self.runner.run, batch)
+        if self._inline.allows():
+            return self._run_inline(self._inline, batch)
+        return self._worker.call(self._run_observed, batch)
+
+    def runs_inline(self) -> bool:
+        return self._inline is not None and self._inline.allows()
+
+    def _run_observed(self, batch: Sequence[PendingRequest]) -> Outcome:
+        """`runner.run` on the thread, timed for the inline policy."""
+        start_ns = time.perf_counter_ns()
+        try:
+            return self.runner.run(batch)
+        finally:
+            if self._inline is not None:
+                self._inline.observe(time.perf_counter_ns() - start_ns)
+
+    def _run_inline(
+        self, inline: InlinePolicy, batch: Sequence[PendingRequest]
+    ) -> asyncio.Future[Outcome]:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        token = RUNNING_INLINE.set(True)
+        start_ns = time.perf_counter_ns()
+        try:
+            future.set_result(self.runner.run(batch))
+        except NeedsOwnThread:  # it calls models synchronously: from now on on its thread
+            inline.disable()
+            assert self._worker is not None
+            return self._worker.call(self.runner.run, batch)
+        except BaseException as exc:  # handed over as the thread would (never up the loop)
+            future.set_exception(exc)
+        finally:
+            RUNNING_INLINE.reset(token)
+        inline.observe(time.perf_counter_ns() - start_ns)
+        return future
 
     def close(self) -> None:
         if self._worker is not None:
@@ -176,6 +227,13 @@ class InstancePool:
     def release(self, instance: Instance) -> None:
         self._idle.put_nowait(instance)
 
+    def try_acquire(self) -> Instance | None:
+        """An idle instance if there is one now (the caller launches or releases it)."""
+        try:
+            return self._idle.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+
     @property
     def busy(self) -> int:
         return len(self._running)
@@ -213,7 +271,10 @@ class InstancePool:
             )
         self._running[future] = run
         self._peak_busy = max(self._peak_busy, len(self._running))
-        future.add_done_callback(self._done)
+        if future.done():  # it ran inline: answer now, the caller then awaits no loop turn
+            self._done(future)
+        else:
+            future.add_done_callback(self._done)
 
     def _expire(self, future: asyncio.Future[Outcome], run: _Batch) -> None:
         """Past the execution timeout: give up on the batch (a stuck thread is left behind)."""

@@ -10,19 +10,22 @@ same protocol.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Protocol
 
 from fnserve.config.model_config import ModelConfig
 from fnserve.scheduling.pool import InstancePool
 from fnserve.scheduling.queue import RequestQueue
 from fnserve.scheduling.request import PendingRequest
+from fnserve.types import Array
 
 
 class Scheduler(Protocol):
     """Queues validated requests and dispatches them to the instance pool."""
 
-    def submit_nowait(self, entry: PendingRequest) -> None:
-        """Queue a request; raises QueueFullError when the queue policy says so."""
+    def execute(self, entry: PendingRequest) -> Awaitable[dict[str, Array]]:
+        """Run a request; await its outputs. Raises QueueFullError (at once) when the queue
+        policy says so, and the request's own error."""
         ...
 
     def queued(self) -> int:
@@ -43,18 +46,59 @@ class Scheduler(Protocol):
 
 
 class QueueScheduler:
-    """What both schedulers share: the request queue and the wake-up when it changes."""
+    """What both schedulers share: the request queue and the wake-up when it changes.
 
-    def __init__(self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> None:
+    A request that finds the queue empty and an idle instance that runs inline (a model whose
+    batches take microseconds, see inline.py) is launched at once, without the queue and the
+    scheduler's loop: when nothing waits, no batch could take it along, and the two turns of
+    the event loop the dispatch takes would cost more than the model itself. Only when the
+    scheduler would dispatch it at once anyway (`dispatch_at_once`: no batching delay).
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        pool: InstancePool,
+        max_queue_size: int = 0,
+        dispatch_at_once: bool = True,
+    ) -> None:
         self._pool = pool
         self._wakeup = asyncio.Event()
         self.queue = RequestQueue(
             config.name, config.dynamic_batching, self._wakeup.set, max_queue_size
         )
         self._flushing = False
+        self._at_once = dispatch_at_once
+        self._burst = False  # a request ran at once in this turn of the loop
+
+    def execute(self, entry: PendingRequest) -> asyncio.Future[dict[str, Array]]:
+        self.submit_nowait(entry)
+        return entry.future
 
     def submit_nowait(self, entry: PendingRequest) -> None:
+        """Queue a request (or run it at once, see the class doc)."""
+        if self._at_once and not self._burst and not len(self.queue):
+            if self._launch_inline(entry):
+                return
         self.queue.put_nowait(entry)
+
+    def _launch_inline(self, entry: PendingRequest) -> bool:
+        instance = self._pool.try_acquire()
+        if instance is None:
+            return False
+        if not instance.runs_inline():
+            self._pool.release(instance)
+            return False
+        # An inline batch is answered before this returns, so the instance is idle again for
+        # the next request: requests arriving in the same turn of the loop (a burst, e.g. the
+        # rows of a batch another step just finished) queue instead and batch together.
+        self._burst = True
+        asyncio.get_running_loop().call_soon(self._end_burst)
+        self._pool.launch(instance, [entry])
+        return True
+
+    def _end_burst(self) -> None:
+        self._burst = False
 
     def queued(self) -> int:
         return len(self.queue)

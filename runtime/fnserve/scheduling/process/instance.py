@@ -99,6 +99,9 @@ class ProcessInstance:
         self._sock.setblocking(False)
         log.info("%s runs in worker process %d", self.label, self.pid)
 
+    def runs_inline(self) -> bool:
+        return False  # it runs in its worker process
+
     def start(
         self, batch: Sequence[PendingRequest]
     ) -> asyncio.Future[tuple[list[dict[str, Array]], ExecutionTimes]]:
