@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
 from fnserve.client import JobsClient
+from fnserve.jobs.model import JobState
 from tests.client.jobserver import jobs_server
 from tests.conftest import RunningServer
 
@@ -161,3 +163,27 @@ def test_ls_prints_statistics_and_jobs(server: RunningServer) -> None:
         for job in queued:
             client.cancel(job["id"])
         client.close()
+
+
+def test_counts_cover_every_stored_job(server: RunningServer) -> None:
+    """`GET /v2/jobs/counts` (what `ls` prints): the server counts every job of its store."""
+    client = JobsClient(server.http_url, TOKEN)
+    try:
+        before = {s.model: s for s in client.counts()}
+        ids = [
+            client.submit("identity", {"INPUT0": np.ones((1, 1), np.float32)}).id for _ in range(3)
+        ]
+        for job_id in ids:
+            client.wait(job_id, 20)
+        after = {s.model: s for s in client.counts()}
+    finally:
+        client.close()
+    succeeded = JobState.SUCCEEDED
+    was = before["identity"].by_state[succeeded] if "identity" in before else 0
+    assert after["identity"].by_state[succeeded] == was + 3
+    raw = httpx.get(
+        f"http://{server.http_url}/v2/jobs/counts", headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
+    identity = next(m for m in raw["models"] if m["model"] == "identity")
+    assert identity["succeeded"] == was + 3
+    assert set(identity) == {"model", *(s.value for s in JobState), "oldest_queued_at"}

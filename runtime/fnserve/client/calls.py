@@ -14,8 +14,9 @@ from urllib.parse import quote
 import httpx
 import numpy as np
 
+from fnserve import remote
 from fnserve.client.errors import JobsError, WaitTimeoutError
-from fnserve.client.wire import HEADER_LENGTH, Body, Job, decode_outputs
+from fnserve.client.wire import HEADER_LENGTH, Body, Job, ModelStatistics, decode_outputs
 from fnserve.jobs.model import JobState
 
 # The longest single long poll asked for; the server may cap it lower (--jobs-max-wait).
@@ -44,12 +45,9 @@ def tls_context(
         JobsError: a file cannot be read or holds no PEM certificate or key.
     """
     try:
-        context = ssl.create_default_context(cafile=cacert or None)
-        if cert:
-            context.load_cert_chain(cert, key or None)
-    except (OSError, ssl.SSLError) as exc:
-        raise JobsError(f"cannot use the TLS files: {exc}") from exc
-    return context
+        return remote.tls_context(cacert, cert, key)
+    except remote.TLSFilesError as exc:
+        raise JobsError(str(exc)) from exc
 
 
 class Calls:
@@ -107,6 +105,9 @@ class Calls:
             params["page_token"] = page_token
         return self._build("GET", f"{self.url}/v2/jobs", params=params)
 
+    def counts(self) -> httpx.Request:
+        return self._build("GET", f"{self.url}/v2/jobs/counts")
+
     def metadata(self, model: str, version: str) -> httpx.Request:
         path = f"/v2/models/{quote(model, safe='')}"
         if version:
@@ -130,6 +131,10 @@ class Calls:
         except ValueError as exc:
             message = f"the server's answer is not a result: {exc}"
             raise JobsError(message, response.status_code) from None
+
+    @staticmethod
+    def counts_of(response: httpx.Response) -> list[ModelStatistics]:
+        return [ModelStatistics.from_json(m) for m in document(response)["models"]]
 
     @staticmethod
     def page_of(response: httpx.Response) -> JobPage:

@@ -12,46 +12,29 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import click
 import numpy as np
 
-from fnserve.client.calls import tls_context
 from fnserve.client.errors import JobsError, WaitTimeoutError
 from fnserve.client.jobs import JobsClient
 from fnserve.client.listing import listing_lines
 from fnserve.client.wire import Body, Job
 from fnserve.errors import InvalidInputError
 from fnserve.jobs.model import JobState
+from fnserve.remote import ServerTarget, TLSFilesError
 from fnserve.tensors import datatype_of, numpy_dtype, to_json
 
 TIMED_OUT = 124
 
 
-@dataclass(frozen=True)
-class Target:
-    """Which server to call, and how.
-
-    Args:
-        server: its HTTP(S) URL.
-        token: the API token ("": none).
-        cacert, cert, key: PEM files: the CA that signed the server's certificate, and this
-            client's certificate and key (mutual TLS); "": not used.
-    """
-
-    server: str
-    token: str = ""
-    cacert: str = ""
-    cert: str = ""
-    key: str = ""
+class Target(ServerTarget):
+    """The server `fnserve jobs` talks to (the token is an API token)."""
 
     def client(self) -> JobsClient:
-        verify: Any = True
-        if self.cacert or self.cert:
-            with failing():
-                verify = tls_context(self.cacert, self.cert, self.key)
-        return JobsClient(self.server, self.token or None, verify=verify)
+        with failing():
+            context = self.ssl_context()
+        return JobsClient(self.server, self.token or None, verify=context or True)
 
 
 @contextmanager
@@ -59,7 +42,7 @@ def failing() -> Iterator[None]:
     """Print the server's refusal (or a bad argument) as one line and exit 1."""
     try:
         yield
-    except (JobsError, InvalidInputError) as exc:
+    except (JobsError, InvalidInputError, TLSFilesError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

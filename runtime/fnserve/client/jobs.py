@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -33,7 +34,7 @@ from fnserve.client.calls import (
     document,
 )
 from fnserve.client.errors import JobsError
-from fnserve.client.wire import Body, Job, infer_body
+from fnserve.client.wire import Body, Job, ModelStatistics, infer_body
 from fnserve.jobs.model import JobState
 
 
@@ -167,6 +168,11 @@ class JobsClient:
             if not token or not page.jobs:
                 return
 
+    def counts(self) -> builtins.list[ModelStatistics]:
+        """Per model: every job of the server's store counted by state, and the oldest
+        queued job's time."""
+        return Calls.counts_of(self._send(self._calls.counts()))
+
     def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """The model's KServe v2 metadata (its inputs' names, datatypes and shapes).
 
@@ -298,6 +304,10 @@ class AsyncJobsClient:
             token = page.next_page_token
             if not token or not page.jobs:
                 return
+
+    async def counts(self) -> builtins.list[ModelStatistics]:
+        """Per model: every job counted by state, and the oldest queued job's time."""
+        return Calls.counts_of(await self._send(self._calls.counts()))
 
     async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """See `JobsClient.model_metadata`."""

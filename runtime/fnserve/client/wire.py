@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +22,44 @@ from fnserve.tensors import datatype_of, from_json, from_raw, to_json, to_raw
 HEADER_LENGTH = "Inference-Header-Content-Length"
 # Decoding a result the server already checked: no budget on its BYTES elements.
 _NO_LIMIT = 2**62
+
+
+@dataclass
+class ModelStatistics:
+    """One model's jobs by state, and when its oldest queued job was submitted
+    (`GET /v2/jobs/counts`)."""
+
+    model: str
+    by_state: dict[JobState, int] = field(default_factory=lambda: dict.fromkeys(JobState, 0))
+    oldest_queued_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ModelStatistics:
+        """One entry of the counts document.
+
+        Raises:
+            ValueError: a field missing or of the wrong kind.
+        """
+        try:
+            return cls(
+                str(doc["model"]),
+                {state: int(doc.get(state.value, 0)) for state in JobState},
+                _optional_time(doc.get("oldest_queued_at")),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a job counts document: {exc!r}") from exc
+
+    def oldest_queued_age_s(self, now: datetime) -> float | None:
+        if self.oldest_queued_at is None:
+            return None
+        return (now - self.oldest_queued_at).total_seconds()
+
+    def to_json(self, now: datetime) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            **{state.value: count for state, count in self.by_state.items()},
+            "oldest_queued_age_s": self.oldest_queued_age_s(now),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +112,10 @@ class Job:
 
     def to_json(self) -> dict[str, Any]:
         """The job as the server's JSON document (times as RFC 3339 UTC strings or null)."""
-        doc = {field: getattr(self, field) for field in self.__slots__}
+        doc = {name: getattr(self, name) for name in self.__slots__}
         doc["state"] = self.state.value
-        for field in ("created_at", "started_at", "finished_at"):
-            doc[field] = _rfc3339(doc[field])
+        for name in ("created_at", "started_at", "finished_at"):
+            doc[name] = _rfc3339(doc[name])
         return doc
 
     @property

@@ -91,24 +91,6 @@ class DeployClient:
             raise DeployClientError(f"cannot reach {self.server}: {reason}") from exc
 
 
-def tls_context(cacert: str = "", cert: str = "", key: str = "") -> ssl.SSLContext | None:
-    """The TLS settings for an https server: `cacert` verifies it (default: the system's CAs),
-    `cert` and `key` are this client's certificate for mutual TLS; None when all are "".
-
-    Raises:
-        DeployClientError: a file cannot be read or holds no PEM certificate or key.
-    """
-    if not (cacert or cert or key):
-        return None
-    try:
-        context = ssl.create_default_context(cafile=cacert or None)
-        if cert:
-            context.load_cert_chain(cert, key or None)
-    except (OSError, ssl.SSLError) as exc:
-        raise DeployClientError(f"cannot use the TLS files: {exc}") from exc
-    return context
-
-
 def _reason(exc: urllib.error.HTTPError) -> str:
     raw = exc.read()
     try:

@@ -5,40 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import click
 
 from fnserve.deploy.archive import pack
-from fnserve.deploy.client import DeployClient, DeployClientError, tls_context
+from fnserve.deploy.client import DeployClient, DeployClientError
 from fnserve.deploy.console import Spinner, deployment_lines, example_calls, report_lines
 from fnserve.errors import InvalidInputError
+from fnserve.remote import ServerTarget, TLSFilesError
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Target:
-    """Which server to call, and how.
-
-    Args:
-        server: its HTTP(S) URL.
-        token: the admin token ("": none).
-        cacert, cert, key: PEM files: the CA that signed the server's certificate, and this
-            client's certificate and key (mutual TLS); "": not used.
-    """
-
-    server: str
-    token: str = ""
-    cacert: str = ""
-    cert: str = ""
-    key: str = ""
+class Target(ServerTarget):
+    """The server `fnserve deploy` talks to (the token is an admin token)."""
 
     def client(self) -> DeployClient:
         with _failing():
-            context = tls_context(self.cacert, self.cert, self.key)
+            context = self.ssl_context()
         return DeployClient(self.server, self.token, context=context)
 
 
@@ -48,6 +34,8 @@ def _failing() -> Iterator[None]:
         yield
     except (DeployClientError, InvalidInputError) as exc:
         raise click.ClickException(exc.message) from exc
+    except TLSFilesError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _call(what: str, call: Callable[[], T]) -> T:

@@ -1,11 +1,12 @@
-"""A job as the JSON document the HTTP API answers and completion callbacks carry."""
+"""A job as the JSON document the HTTP API answers and completion callbacks carry, and the
+per-model counts `GET /v2/jobs/counts` answers."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from fnserve.jobs.model import Job
+from fnserve.jobs.model import Job, JobState, ModelJobCounts
 
 
 def job_document(job: Job) -> dict[str, Any]:
@@ -32,3 +33,12 @@ def rfc3339(epoch_s: float | None) -> str | None:
     if epoch_s is None:
         return None
     return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def counts_document(counts: ModelJobCounts) -> dict[str, Any]:
+    """One model's job counts as `GET /v2/jobs/counts` lists them."""
+    return {
+        "model": counts.model,
+        **{state.value: counts.by_state.get(state, 0) for state in JobState},
+        "oldest_queued_at": rfc3339(counts.oldest_queued_at),
+    }

@@ -7,6 +7,8 @@
 - `GET /v2/jobs/{id}[?wait=SECONDS]`, `POST /v2/jobs/{id}/cancel`: the job.
 - `GET /v2/jobs/{id}/result`: exactly what `/infer` would have answered (409 until succeeded).
 - `GET /v2/jobs?model=&state=&limit=&page_token=`: `{"jobs": [...], "next_page_token": ...}`.
+- `GET /v2/jobs/counts`: `{"models": [{"model", "queued", ..., "oldest_queued_at"}]}`, every
+  job of the store counted (with PostgreSQL: the whole fleet's).
 
 With `--no-jobs` the routes stay and answer 501, so clients get a clear reason.
 """
@@ -22,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 
 from fnserve.errors import InvalidInputError, UnsupportedError
 from fnserve.jobs.codec import BinaryOutputs
-from fnserve.jobs.document import job_document
+from fnserve.jobs.document import counts_document, job_document
 from fnserve.jobs.model import JobState
 from fnserve.jobs.service import JobService
 from fnserve.limits import quote
@@ -91,6 +93,10 @@ class JobEndpoints:
         job = await self.service.cancel(request.path_params["job_id"])
         return _json(job_document(job))
 
+    async def counts(self, request: Request) -> Response:
+        counts = await self.service.counts()
+        return _json({"models": [counts_document(c) for c in counts]})
+
     async def list(self, request: Request) -> Response:
         query = request.query_params
         state = query.get("state") or None
@@ -116,6 +122,7 @@ def job_routes(endpoints: JobEndpoints, guarded: Callable[[Endpoint], Endpoint])
     return [
         *routes,
         Route("/v2/jobs", guarded(endpoints.list), methods=["GET"]),
+        Route("/v2/jobs/counts", guarded(endpoints.counts), methods=["GET"]),  # before {job_id}
         Route("/v2/jobs/{job_id}", guarded(endpoints.get), methods=["GET"]),
         Route("/v2/jobs/{job_id}/result", guarded(endpoints.result), methods=["GET"]),
         Route("/v2/jobs/{job_id}/cancel", guarded(endpoints.cancel), methods=["POST"]),
