@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from fnserve import __version__
-from fnserve.client.cli import jobs_group
+from fnserve.client.cli import jobs_group, server_options
 from fnserve.config.server import ServerConfig
 from fnserve.config.sizes import parse_size
 from fnserve.deploy.store import DeploymentStore
@@ -653,34 +653,13 @@ def bench_command(**options: Any) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
-_SERVER = click.option(
-    "--server",
-    default="http://127.0.0.1:8000",
-    show_default=True,
-    envvar="FNSERVE_SERVER",
-    show_envvar=True,
-    help="The server's HTTP URL.",
-)
-_CACERT = click.option("--cacert", default="", metavar="PEM", help="CA of an https server.")
-_CERT = click.option("--cert", default="", metavar="PEM", help="Client certificate (mutual TLS).")
-_KEY = click.option("--key", default="", metavar="PEM", help="The private key of --cert.")
-_TOKEN = click.option(
-    "--token",
-    default="",
-    envvar="FNSERVE_ADMIN_TOKEN",
-    show_envvar=True,
-    help="The server's admin token (sent as 'Authorization: Bearer TOKEN').",
-)
+_deploy_target = server_options("admin")
 
 
 @main.command("deploy")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--name", default="", help="Deployment name [default: PATH's name, no suffix].")
-@_SERVER
-@_TOKEN
-@_CACERT
-@_CERT
-@_KEY
+@_deploy_target
 def deploy_command(path: Path, name: str, **target: str) -> None:
     """Deploy PATH (a Python file, a folder of them, or a Triton model directory) to a
     running server: it is checked, loaded, warmed up and swapped in; a failure leaves the
@@ -691,11 +670,7 @@ def deploy_command(path: Path, name: str, **target: str) -> None:
 
 
 @main.command("deployments")
-@_SERVER
-@_TOKEN
-@_CACERT
-@_CERT
-@_KEY
+@_deploy_target
 def deployments_command(**target: str) -> None:
     """List the server's deployments: versions, when, content hash, which one serves."""
     from fnserve.deploy import commands
@@ -707,11 +682,7 @@ def deployments_command(**target: str) -> None:
 @click.argument("name")
 @click.option("--to", "version", default=0, type=click.IntRange(min=0), help="Version number "
               "[default: the one deployed before the current one].")  # fmt: skip
-@_SERVER
-@_TOKEN
-@_CACERT
-@_CERT
-@_KEY
+@_deploy_target
 def rollback_command(name: str, version: int, **target: str) -> None:
     """Serve an earlier version of deployment NAME again."""
     from fnserve.deploy import commands
@@ -721,11 +692,7 @@ def rollback_command(name: str, version: int, **target: str) -> None:
 
 @main.command("undeploy")
 @click.argument("name")
-@_SERVER
-@_TOKEN
-@_CACERT
-@_CERT
-@_KEY
+@_deploy_target
 def undeploy_command(name: str, **target: str) -> None:
     """Stop serving deployment NAME and delete its versions from the server."""
     from fnserve.deploy import commands

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +23,29 @@ _CACERT = click.option("--cacert", default="", metavar="PEM", help="CA of an htt
 _CERT = click.option("--cert", default="", metavar="PEM", help="Client certificate (mutual TLS).")
 _KEY = click.option("--key", default="", metavar="PEM", help="The private key of --cert.")
 
-_API_TOKEN = click.option(
-    "--token",
-    default="",
-    envvar="FNSERVE_API_TOKEN",
-    show_envvar=True,
-    help="The server's API token (sent as 'Authorization: Bearer TOKEN').",
-)
+
+def server_options(role: str) -> Callable[[Any], Any]:
+    """The options naming the server a client command calls: --server, --token (the `role`
+    token, "admin" or "api", also from FNSERVE_<ROLE>_TOKEN) and the TLS files (shared by
+    `fnserve deploy` and `fnserve jobs`)."""
+    token = click.option(
+        "--token",
+        default="",
+        envvar=f"FNSERVE_{role.upper()}_TOKEN",
+        show_envvar=True,
+        help=f"The server's {'API' if role == 'api' else role} token (sent as "
+        f"'Authorization: Bearer TOKEN').",
+    )
+
+    def decorate(command: Any) -> Any:
+        for option in (_KEY, _CERT, _CACERT, token, _SERVER):
+            command = option(command)
+        return command
+
+    return decorate
 
 
-def _jobs_target(command: Any) -> Any:
-    """The options naming the server of every `fnserve jobs` command."""
-    for option in (_KEY, _CERT, _CACERT, _API_TOKEN, _SERVER):
-        command = option(command)
-    return command
+_jobs_target = server_options("api")
 
 
 @click.group("jobs")
