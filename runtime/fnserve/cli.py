@@ -388,6 +388,14 @@ def main() -> None:
     "barely moves online latency (raise it for models that cost the GPU, not the CPU).",
 )
 @click.option(
+    "--jobs-online-rate",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Jobs started per second, at most, while online requests are recent (0: no pace); "
+    "jobs still progress under any online load.",
+)
+@click.option(
     "--jobs-lease",
     "jobs_lease_s",
     default=30.0,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -63,3 +64,33 @@ def test_the_window_bounds_the_jobs_in_a_models_queue(tmp_path: Path) -> None:
         rows = _job_rows(client, 24)
     assert max(rows) <= 3  # never more than the window in the model's queue (batch of 8)
     assert max(rows) > 1
+
+
+def test_jobs_progress_at_their_pace_under_online_traffic(tmp_path: Path) -> None:
+    """While online traffic never stops, jobs still start at `--jobs-online-rate` a second, for
+    a model other than the one the traffic calls and not the first the server lists."""
+    stop = threading.Event()
+    with (
+        job_server(tmp_path, jobs_online_rate=5.0) as server,
+        httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client,
+    ):
+
+        def online() -> None:
+            with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as c:
+                while not stop.is_set():
+                    assert c.post("/v2/models/batch_probe/infer", json=_probe(-1)).is_success
+
+        traffic = threading.Thread(target=online)
+        traffic.start()
+        try:
+            client.post("/v2/models/batch_probe/infer", json=_probe(-1))
+            body = infer_body("INPUT0", "FP32", [[1.0]], shape=[1, 1])
+            start = time.monotonic()
+            ids = [client.post("/v2/models/double/jobs", json=body).json()["id"] for _ in range(8)]
+            jobs = [wait_for(client, job_id) for job_id in ids]
+            took_s = time.monotonic() - start
+        finally:
+            stop.set()
+            traffic.join(10)
+    assert {job["state"] for job in jobs} == {"succeeded"}
+    assert took_s >= 7 / 5 * 0.8, took_s  # paced: 8 jobs at 5 a second take about 1.4 s

@@ -118,6 +118,8 @@ class ServerConfig:
             in `state_dir`).
         jobs_workers: jobs of one model this server runs at once (0: its max batch size).
         jobs_online_workers: the same while online requests are recent (they come first).
+        jobs_online_rate: jobs started per second, at most, while online requests are recent
+            (0: no pace).
         jobs_lease_s: how long a claimed job stays this server's without a renewal.
         jobs_max_attempts: attempts before a job fails with its last error.
         jobs_max_backlog: queued jobs one model may hold; past it submit answers 429.
@@ -181,6 +183,7 @@ class ServerConfig:
     jobs_db: str = field(default="", repr=False)  # a PostgreSQL URL may carry a password
     jobs_workers: int = 0
     jobs_online_workers: int = 1
+    jobs_online_rate: float = 20.0
     jobs_lease_s: float = 30.0
     jobs_max_attempts: int = 3
     jobs_max_backlog: int = 100_000
@@ -198,7 +201,7 @@ class ServerConfig:
             )
         for name in ("max_queue_size", "idle_timeout_s", "memory_budget_bytes",
                      "gpu_memory_budget_bytes", "jobs_workers", "jobs_max_wait_s",
-                     "inline_us"):  # fmt: skip
+                     "inline_us", "jobs_online_rate"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ModelConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cold_start_timeout_s <= 0:

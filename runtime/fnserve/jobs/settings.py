@@ -15,6 +15,10 @@ class JobSettings:
         online_workers: the same while online requests are recent (see `worker.py`): few, so
             the CPU jobs cost (claiming, decoding, storing results) does not come out of online
             latency; raise it for models whose batches cost the accelerator, not the CPU.
+        online_rate: jobs this server starts per second, at most, while online requests are
+            recent (0: no pace, only `online_workers`): each job costs the server's CPU about
+            half a millisecond in store calls and coding, which at full speed comes out of
+            online p99; paced, jobs still progress under any online load.
         lease_s: how long a claimed job stays this server's without a renewal; renewed every
             third of it. A server that dies loses its jobs to others after this long.
         max_attempts: attempts before a job fails with its last error.
@@ -30,6 +34,7 @@ class JobSettings:
 
     workers: int = 0
     online_workers: int = 1
+    online_rate: float = 20.0
     lease_s: float = 30.0
     max_attempts: int = 3
     max_backlog: int = 100_000

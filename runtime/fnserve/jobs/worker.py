@@ -5,10 +5,11 @@ Per model it keeps at most a window of jobs in flight (`--jobs-workers`, by defa
 max batch size), so the model's queue never holds a whole backlog and online requests wait for
 at most about one batch of jobs. While online traffic is recent (a request in flight, or one
 that ended under `_ONLINE_QUIET_S` ago) the window shrinks to `--jobs-online-workers` (default
-one job): the background lane
+one job) and jobs start at most `--jobs-online-rate` a second (default 20): the background lane
 orders the model's queue, but each job also costs the server CPU (claiming, decoding, storing
 its result), and on a busy core that time would come out of online latency. Measured with
-benchmarks/jobs_backlog.py: an eighth of the window still doubled online p99 on one core.
+benchmarks/jobs_backlog.py on one core: an eighth of the window still doubled online p99, one
+job in flight without a pace (about 190 jobs/s) raised it 1.5-1.7x.
 
 It renews the leases of the jobs it holds every third of the lease, gives up jobs whose lease
 it lost (cancelled, or taken over after a stall), and on a graceful shutdown gives the jobs it
@@ -81,6 +82,8 @@ class JobWorker:
         self._store_down = False
         self._wakeup = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._paced_until = 0.0  # monotonic: no job starts before this while online is busy
+        self._turn = 0  # which model the next paced job goes to
 
     def start(self) -> None:
         """Start claiming, renewing leases and expiring old jobs."""
@@ -135,8 +138,12 @@ class JobWorker:
                 if self._store_down:
                     log.info("jobs: the job store answers again")
                 self._store_down = False
+            wait_s = self._settings.poll_interval_s
+            paced_s = self._paced_until - time.monotonic()
+            if paced_s > 0:  # look again when the pace lets the next job start
+                wait_s = min(wait_s, paced_s)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), self._settings.poll_interval_s)
+                await asyncio.wait_for(self._wakeup.wait(), wait_s)
 
     async def _claim(self) -> None:
         wanted = self._free_slots()
@@ -164,13 +171,25 @@ class JobWorker:
     def _free_slots(self) -> dict[str, int]:
         """Per model, how many more jobs it may have in flight now."""
         busy = self._runtime.online_idle_s() < _ONLINE_QUIET_S
+        rate = self._settings.online_rate
+        now = time.monotonic()
+        if busy and rate > 0 and now < self._paced_until:
+            return {}
         free: dict[str, int] = {}
         for model, window in self._windows().items():
             if busy:
                 window = min(window, max(self._settings.online_workers, 1))
+                if rate > 0:  # paced: one job, then the next after 1/rate seconds
+                    window = min(window, self._held(model) + 1)
             room = window - self._held(model)
             if room > 0:
                 free[model] = room
+        if busy and rate > 0 and free:
+            # The paced job goes to a model whose last claim found work, in turn.
+            candidates = [m for m in free if m not in self._drained] or list(free)
+            self._turn += 1
+            free = {candidates[self._turn % len(candidates)]: 1}
+            self._paced_until = now + 1 / rate
         return free
 
     def _held(self, model: str) -> int:

@@ -207,6 +207,7 @@ async def _start_jobs(runtime: Runtime, config: ServerConfig) -> JobService | No
     settings = JobSettings(
         workers=config.jobs_workers,
         online_workers=config.jobs_online_workers,
+        online_rate=config.jobs_online_rate,
         lease_s=config.jobs_lease_s,
         max_attempts=config.jobs_max_attempts,
         max_backlog=config.jobs_max_backlog,
