@@ -23,11 +23,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from anchor_models import identity
 from pipeline_models import mlp3, mlp_fused, mlp_layer1, mlp_layer2, mlp_layer3
 
+from fnserve.backends.base import ModelSpec
 from fnserve.config.server import ModelDefaults
 from fnserve.runtime import Runtime
 from fnserve.types import InferInput, InferRequest
 
-MODELS = [identity, mlp_layer1, mlp_layer2, mlp_layer3, mlp3, mlp_fused]
+MODELS: list[ModelSpec] = [identity, mlp_layer1, mlp_layer2, mlp_layer3, mlp3, mlp_fused]
 
 
 async def median_us(runtime: Runtime, name: str, dim: int, calls: int = 3000) -> float:
