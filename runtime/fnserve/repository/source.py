@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from fnserve.repository.mirror import RepositoryMirror
 from fnserve.repository.model_dirs import ModelDirs
 
 log = logging.getLogger(__name__)
+_WRITER_GRACE_S = 1.0  # how long an emptied file that held models may take to be written
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,23 @@ class ModelSource:
         targets = [p.resolve() for p in changed]
         with self._lock:
             before = self._models_at(targets)
+            self._wait_for_writers(targets)
             found = self._scan()
             return found, before | self._models_at(targets)
+
+    def _wait_for_writers(self, targets: list[Path]) -> None:
+        """Let a file that held models and is empty now be written to first, up to a second.
+
+        Saving truncates a file before writing it; on a loaded machine the writer can be held
+        between the two for longer than the watcher waits for changes to settle, and a scan in
+        between would unload the file's models until the next change (requests get 404). A
+        file emptied on purpose is read as empty after the second.
+        """
+        emptied = [t for t in targets if self._origins.get(t) and _empty(t)]
+        deadline = time.monotonic() + _WRITER_GRACE_S
+        while emptied and time.monotonic() < deadline:
+            time.sleep(0.05)
+            emptied = [t for t in emptied if _empty(t)]
 
     def _models_at(self, targets: list[Path]) -> set[str]:
         names: set[str] = set()
@@ -169,3 +186,10 @@ def _touches(changed: Path, origin: Path) -> bool:
     """Whether a change at `changed` concerns `origin`: the file itself, a file in the model
     directory, or a folder holding it (created, moved or deleted as a whole)."""
     return changed == origin or changed.is_relative_to(origin) or origin.is_relative_to(changed)
+
+
+def _empty(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return False

@@ -13,8 +13,8 @@ import dataclasses
 import logging
 import resource
 import socket
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NamedTuple
 
 from fnserve.config.server import ServerConfig
 from fnserve.errors import StartupError, UnavailableError
@@ -36,6 +36,7 @@ from fnserve.server.metrics import metrics_app
 from fnserve.server.tls import server_contexts
 
 log = logging.getLogger(__name__)
+_JOBS_SHUTDOWN_S = 10.0  # each jobs shutdown step (store calls) at most this long
 
 
 class BoundPorts(NamedTuple):
@@ -185,7 +186,7 @@ async def serve(
         for watcher in watchers:
             await watcher.aclose()
         if jobs is not None:  # jobs it runs go back to the queue before online ones drain
-            await jobs.stop_worker()
+            await _bounded(jobs.stop_worker(), "stopping the job worker")
         await _shut_down(runtime, config)
         grpc_server.close()
         frontends_stop.set()
@@ -193,9 +194,17 @@ async def serve(
             grpc_server.wait_closed(), http_task, metrics_task, return_exceptions=True
         )
         if jobs is not None:
-            await jobs.aclose()
+            await _bounded(jobs.aclose(), "closing the job store")
         # Nothing runs any more (or it was abandoned): only the instances' release is left.
         await runtime.aclose(drain_timeout_s=0)
+
+
+async def _bounded(step: Coroutine[Any, Any, None], what: str) -> None:
+    """A shutdown step that must not hold the exit: a job store that stopped answering."""
+    try:
+        await asyncio.wait_for(step, _JOBS_SHUTDOWN_S)
+    except TimeoutError:
+        log.warning("shutdown: %s took over %.0f s; going on", what, _JOBS_SHUTDOWN_S)
 
 
 async def _start_jobs(runtime: Runtime, config: ServerConfig) -> JobService | None:

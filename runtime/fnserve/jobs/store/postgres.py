@@ -11,7 +11,9 @@ servers of a fleet need synchronized clocks, as any lease does.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import logging
 from collections.abc import Collection
 
 from fnserve.jobs.model import Claim, Job, JobState, ModelJobCounts, NewJob
@@ -32,6 +34,9 @@ except ImportError as exc:  # the driver is an extra: say how to install it
     ) from exc
 
 from fnserve.jobs.store.postgres_schema import fold_counts, migrate
+
+log = logging.getLogger(__name__)
+_CLOSE_TIMEOUT_S = 5.0
 
 _COLUMNS = (
     "j.id, j.model, j.version, j.state, j.attempts, j.max_attempts, j.created_at, j.started_at,"
@@ -142,7 +147,11 @@ class PostgresJobStore:
     async def close(self) -> None:
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            await pool.close()
+            try:  # a connection still held (a query cut off by shutdown) must not hang it
+                await asyncio.wait_for(pool.close(), _CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("jobs: PostgreSQL connections still busy at shutdown; closed hard")
+                pool.terminate()
 
     @property
     def _db(self) -> asyncpg.Pool:
