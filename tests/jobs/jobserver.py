@@ -19,13 +19,16 @@ JOB_MODELS = Path(__file__).with_name("job_models.py")
 
 
 @contextmanager
-def job_server(state_dir: Path, **settings: Any) -> Iterator[RunningServer]:
-    """Serve tests/jobs/job_models.py with its job store in `state_dir`."""
+def job_server(
+    state_dir: Path, models: Path = JOB_MODELS, **settings: Any
+) -> Iterator[RunningServer]:
+    """Serve `models` (tests/jobs/job_models.py) with its job store in `state_dir`
+    (`settings`: ServerConfig fields)."""
     config = ServerConfig(
         http_port=0, grpc_port=0, metrics_port=0, shutdown_timeout_s=5,
         state_dir=str(state_dir), **settings,
     )  # fmt: skip
-    handle = start_server(Runtime(discover([JOB_MODELS])), config)
+    handle = start_server(Runtime(discover([models])), config)
     try:
         yield handle.server
     finally:
