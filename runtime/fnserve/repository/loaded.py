@@ -61,6 +61,11 @@ class InstanceMaker:
     def __len__(self) -> int:
         return len(self.placements)
 
+    @property
+    def inline(self) -> bool:
+        """Whether the model's batches may run inline (see scheduling/inline.py)."""
+        return self._inline is not None
+
     def placement(self, index: int) -> Placement:
         """Where instance `index` goes; instances added past the configured ones (`max_instances`)
         take the groups' places in turn."""
@@ -127,7 +132,9 @@ class LoadedModel:
                 raise RepositoryError(f"ensemble '{self.config.name}' needs a runtime to call")
             self.scheduler = EnsembleScheduler(self.config, caller, defaults.max_queue_size)
         else:
-            self.scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size)
+            self.scheduler = scheduler_for(
+                self.config, self.pool, defaults.max_queue_size, maker.inline
+            )
         self._task: asyncio.Task[None] | None = None
         self._scaler_task: asyncio.Task[None] | None = None
         self._scaler = None

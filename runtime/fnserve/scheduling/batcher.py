@@ -87,9 +87,11 @@ class BatchPolicy:
 class DynamicBatcher(QueueScheduler):
     """The loop that feeds one model's instances with batches from its queue."""
 
-    def __init__(self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> None:
+    def __init__(
+        self, config: ModelConfig, pool: InstancePool, max_queue_size: int = 0, inline: bool = False
+    ) -> None:
         policy = BatchPolicy(config)
-        super().__init__(config, pool, max_queue_size, dispatch_at_once=not policy.max_delay_ns)
+        super().__init__(config, pool, max_queue_size, inline, not policy.max_delay_ns)
         self._policy = policy
         self._cap = pool.batch_cap = BatchCap(config.name)  # the pool lowers it on OOM
 

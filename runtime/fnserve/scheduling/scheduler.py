@@ -51,8 +51,9 @@ class QueueScheduler:
     A request that finds the queue empty and an idle instance that runs inline (a model whose
     batches take microseconds, see inline.py) is launched at once, without the queue and the
     scheduler's loop: when nothing waits, no batch could take it along, and the two turns of
-    the event loop the dispatch takes would cost more than the model itself. Only when the
-    scheduler would dispatch it at once anyway (`dispatch_at_once`: no batching delay).
+    the event loop the dispatch takes would cost more than the model itself. Only for a model
+    that may run inline (`inline`, known at load time) and that the scheduler would dispatch at
+    once anyway (`dispatch_at_once`: no batching delay).
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class QueueScheduler:
         config: ModelConfig,
         pool: InstancePool,
         max_queue_size: int = 0,
+        inline: bool = False,
         dispatch_at_once: bool = True,
     ) -> None:
         self._pool = pool
@@ -68,7 +70,7 @@ class QueueScheduler:
             config.name, config.dynamic_batching, self._wakeup.set, max_queue_size
         )
         self._flushing = False
-        self._at_once = dispatch_at_once
+        self._at_once = inline and dispatch_at_once
         self._burst = False  # a request ran at once in this turn of the loop
 
     def execute(self, entry: PendingRequest) -> asyncio.Future[dict[str, Array]]:
@@ -133,10 +135,12 @@ class DirectScheduler(QueueScheduler):
             pool.launch(instance, [entry])
 
 
-def scheduler_for(config: ModelConfig, pool: InstancePool, max_queue_size: int = 0) -> Scheduler:
-    """The scheduler a model's config asks for."""
+def scheduler_for(
+    config: ModelConfig, pool: InstancePool, max_queue_size: int = 0, inline: bool = False
+) -> Scheduler:
+    """The scheduler a model's config asks for (`inline`: its batches may run inline)."""
     if config.dynamic_batching is not None:
         from fnserve.scheduling.batcher import DynamicBatcher  # it builds on this module
 
-        return DynamicBatcher(config, pool, max_queue_size)
-    return DirectScheduler(config, pool, max_queue_size)
+        return DynamicBatcher(config, pool, max_queue_size, inline)
+    return DirectScheduler(config, pool, max_queue_size, inline)
