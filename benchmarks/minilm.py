@@ -7,8 +7,11 @@
    concurrency 64.
 2. The three-step ensemble `minilm` against `minilm_fused` (the same three steps in one
    function), at concurrency 64 (throughput) and 1 (p50); then at concurrency 1 with the two
-   taking turns on one connection, so that drift of the machine cancels out of the difference.
-Server pinned to one core, h2load (HTTP/1.1 JSON) to the other.
+   taking turns on one connection, so that drift of the machine cancels out of the difference
+   (`--pair-seconds`: the median of ~15 pairs a second, with a bootstrap 95 % interval).
+Server pinned to one core, h2load (HTTP/1.1 JSON) to the other. The ensemble's encoder and the
+fused function run one ONNX Runtime session (`MINILM_SHARED_SESSION`, examples/minilm/steps.py):
+two sessions in one process differ by about 0.1 ms a call from where their weights landed.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from pipeline import h2load, serve_pinned
+
+from examples.minilm.steps import SHARED_SESSION_ENV
 
 HERE = Path(__file__).parent
 # The pipeline as `make serve` serves it, and its fused baseline.
@@ -61,12 +67,13 @@ print(json.dumps(out))
     return {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
 
 
-def alternating(base: str, body: Path, seconds: float, cpu: int) -> tuple[float, float, float]:
+def alternating(base: str, body: Path, seconds: float, cpu: int) -> tuple[float, ...]:
     """c=1 over one keep-alive connection, ensemble and fused requests taking turns (the order
     flipping every pair), so a slow patch of the machine hits both alike: (ensemble p50 ms,
-    fused p50 ms, median of the per-pair differences in ms)."""
+    fused p50 ms, median of the per-pair differences in ms, its 95 % interval's low and high
+    ends, pairs)."""
     code = f"""
-import http.client, json, os, statistics, time
+import http.client, json, os, random, statistics, time
 os.sched_setaffinity(0, {{{cpu}}})
 host, port = {base.removeprefix("http://")!r}.split(":")
 conn = http.client.HTTPConnection(host, int(port))
@@ -83,12 +90,14 @@ while time.perf_counter() < end:
         times[name].append(once(name))
     flip = not flip
 pairs = [a - b for a, b in zip(times["minilm"][5:], times["minilm_fused"][5:])]
+rng = random.Random(0)
+boot = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(1000))
 print(json.dumps([statistics.median(times["minilm"][5:]),
-                  statistics.median(times["minilm_fused"][5:]), statistics.median(pairs)]))
+                  statistics.median(times["minilm_fused"][5:]), statistics.median(pairs),
+                  boot[25], boot[974], len(pairs)]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    ensemble_ms, fused_ms, diff_ms = json.loads(out.stdout.strip().splitlines()[-1])
-    return ensemble_ms, fused_ms, diff_ms
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def _body(doc: Mapping[str, Any]) -> Path:
@@ -103,7 +112,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
+    parser.add_argument("--pair-seconds", type=float, default=90.0)
     args = parser.parse_args()
+    os.environ[SHARED_SESSION_ENV] = "1"  # the server's encoder and fused function: one session
     rates = inprocess(args.server_cpu)
     best = max(rates, key=lambda b: rates[b])
     print("in-process ONNX session, rows/s by batch:", {b: round(r) for b, r in rates.items()})
@@ -133,9 +144,10 @@ def main() -> None:
             print(f"c={clients}: ensemble {steps[0]:.0f} req/s p50 {steps[1]:.2f} ms, fused "
                   f"{fused[0]:.0f} req/s p50 {fused[1]:.2f} ms: {steps[0] / fused[0]:.1%} of "
                   f"fused, p50 {1000 * (steps[1] - fused[1]):+.0f} us")  # fmt: skip
-        paired = alternating(base, text_body, args.seconds * 2, args.client_cpu)
-        print(f"c=1 alternating: ensemble p50 {paired[0]:.2f} ms, fused p50 {paired[1]:.2f} ms, "
-              f"median paired difference {1000 * paired[2]:+.0f} us")  # fmt: skip
+        paired = alternating(base, text_body, args.pair_seconds, args.client_cpu)
+        print(f"c=1 alternating, {paired[5]} pairs: ensemble p50 {paired[0]:.2f} ms, fused p50 "
+              f"{paired[1]:.2f} ms, median paired difference {1000 * paired[2]:+.0f} us "
+              f"(95 % interval {1000 * paired[3]:+.0f} to {1000 * paired[4]:+.0f} us)")  # fmt: skip
     finally:
         proc.terminate()
         proc.wait(30)

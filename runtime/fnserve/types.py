@@ -7,8 +7,8 @@ Frontends decode their wire format into an `InferRequest` of numpy arrays and en
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 ParamValue: TypeAlias = bool | int | float | str
@@ -18,8 +18,15 @@ Array: TypeAlias = Any
 """A numpy array (typed loosely: numpy's generics add noise and no safety here)."""
 
 
-@dataclass(frozen=True, slots=True)
-class InferInput:
+# Requests, responses and their tensors are NamedTuples: built for every request and ensemble
+# step, and a tuple is cheaper to build than a frozen dataclass (which sets each field through
+# a call).
+
+NO_PARAMETERS: Mapping[str, ParamValue] = MappingProxyType({})
+"""The parameters of a request or response that has none (shared, so it cannot change)."""
+
+
+class InferInput(NamedTuple):
     """One input tensor of a request, already decoded.
 
     Args:
@@ -33,8 +40,7 @@ class InferInput:
     data: Array
 
 
-@dataclass(frozen=True, slots=True)
-class InferOutput:
+class InferOutput(NamedTuple):
     """One output tensor of a response."""
 
     name: str
@@ -42,8 +48,7 @@ class InferOutput:
     data: Array
 
 
-@dataclass(frozen=True, slots=True)
-class InferRequest:
+class InferRequest(NamedTuple):
     """An inference request, independent of the protocol that carried it.
 
     Args:
@@ -61,19 +66,18 @@ class InferRequest:
     model_version: str = ""
     id: str = ""
     outputs: tuple[str, ...] | None = None
-    parameters: Mapping[str, ParamValue] = field(default_factory=dict)
+    parameters: Mapping[str, ParamValue] = NO_PARAMETERS
     call_chain: tuple[str, ...] = ()  # models it is called from (in-process calls; not wire)
 
 
-@dataclass(frozen=True, slots=True)
-class InferResponse:
+class InferResponse(NamedTuple):
     """The result of one `InferRequest`: outputs in the order the request listed them."""
 
     model_name: str
     model_version: str
     outputs: tuple[InferOutput, ...]
     id: str = ""
-    parameters: Mapping[str, ParamValue] = field(default_factory=dict)
+    parameters: Mapping[str, ParamValue] = NO_PARAMETERS
 
 
 class ModelState(enum.Enum):
@@ -127,3 +131,17 @@ class ModelCaller(Protocol):
     """What ensembles and business-logic functions use to call other models (the Runtime)."""
 
     async def infer(self, request: InferRequest) -> InferResponse: ...
+
+    def call_now(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Sequence[tuple[str, str, Array]],
+        outputs: Sequence[str],
+        call_chain: tuple[str, ...],
+    ) -> tuple[Mapping[str, Array], Mapping[str, str]] | None:
+        """`infer` for a model that can answer before this returns (idle, running inline): its
+        outputs and their datatypes, with no request or response objects built; None when it
+        cannot, and then nothing ran (`infer` then takes the request, and reports any error).
+        `inputs` are (name, datatype, array); `outputs` the names wanted."""
+        ...

@@ -66,6 +66,16 @@ def _goaway(sock: socket.socket, conn: h2.connection.H2Connection, wait_s: float
     return None
 
 
+def goaway_on_connect(host: str, port: int, wait_s: float) -> Any:
+    """Open an HTTP/2 connection and send nothing more: the GOAWAY the server answers with
+    within `wait_s` (a connection it refuses), or None."""
+    sock, conn = _connect(host, port)
+    try:
+        return _goaway(sock, conn, wait_s)
+    finally:
+        sock.close()
+
+
 def _grpc_headers(path: str, host: str) -> list[tuple[str, str]]:
     return [
         (":method", "POST"),

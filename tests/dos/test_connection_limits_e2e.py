@@ -96,7 +96,9 @@ def test_half_open_connections_are_closed_by_the_header_timeout(server: ServerPr
 
 
 def test_connection_cap_refuses_cleanly_on_http_and_grpc() -> None:
-    with ServerProcess.start(MODELS, "--max-connections", "20") as server:
+    # A header timeout longer than the test: the held connections, which never send a
+    # request, must stay open (under 2 s of a slow machine the server would close them).
+    with ServerProcess.start(MODELS, "--max-connections", "20", "--header-timeout", "60") as server:
         client = httpx.Client()
         assert client.get(server.http + "/v2/health/ready").status_code == 200  # 1 connection
         host, port = _split(server.http)
@@ -111,10 +113,21 @@ def test_connection_cap_refuses_cleanly_on_http_and_grpc() -> None:
             answer = _recv_all(refused, 5)
             assert answer.startswith(b"HTTP/1.1 503 "), answer[:80]
             assert b"limit of 20 connections" in answer
+            # The server's side: a new gRPC connection gets GOAWAY (NO_ERROR) saying why.
+            refused_h2 = attacks.goaway_on_connect(host, server.grpc_port, 5)
+            assert refused_h2 is not None, "no GOAWAY within 5 s"
+            assert refused_h2.error_code == 0
+            assert b"limit of 20 connections" in (refused_h2.additional_data or b"")
+            # A Triton client's call fails rather than hangs. Which status it reports is
+            # grpc-core's timing: it retries a call never sent on a refused connection, with
+            # backoff, and either gives up (UNAVAILABLE) or reaches the deadline first.
             triton = grpcclient.InferenceServerClient(server.grpc)
+            started = time.monotonic()
             with pytest.raises(InferenceServerException) as caught:
                 triton.is_server_live(client_timeout=5)
-            assert "UNAVAILABLE" in str(caught.value.status()), caught.value
+            status = str(caught.value.status())
+            assert "UNAVAILABLE" in status or "DEADLINE_EXCEEDED" in status, caught.value
+            assert time.monotonic() - started < 8
             # the connection made before the flood still serves: the port is not down
             assert client.get(server.http + "/v2/health/ready").status_code == 200
         finally:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fnserve.config.tensor_plan import TensorPlan
 from fnserve.errors import ModelConfigError
 from fnserve.limits import quote
 from fnserve.tensors import DATATYPES, config_type
@@ -257,6 +258,16 @@ class ModelConfig:
     @functools.cached_property
     def _inputs_by_name(self) -> dict[str, Tensor]:
         return {t.name: t for t in self.inputs}
+
+    @functools.cached_property
+    def plan(self) -> TensorPlan:
+        """Its tensor declarations compiled for the fast checks of every request."""
+        return TensorPlan(self)
+
+    @functools.cached_property
+    def input_datatypes(self) -> dict[str, str]:
+        """Input name -> datatype, in declaration order."""
+        return {t.name: t.datatype for t in self.inputs}
 
     @functools.cached_property
     def output_datatypes(self) -> dict[str, str]:

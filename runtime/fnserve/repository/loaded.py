@@ -26,11 +26,12 @@ from fnserve.config.server import ModelDefaults
 from fnserve.errors import RepositoryError, UnavailableError
 from fnserve.model import InstanceContext
 from fnserve.scheduling.autoscale import InstanceScaler, ScalePolicy
+from fnserve.scheduling.direct import DirectLane
 from fnserve.scheduling.ensemble import EnsembleScheduler
 from fnserve.scheduling.inline import InlinePolicy, inline_limit_ns
 from fnserve.scheduling.pool import Instance, InstancePool, ThreadInstance
 from fnserve.scheduling.runner import BatchRunner
-from fnserve.scheduling.scheduler import Scheduler, scheduler_for
+from fnserve.scheduling.scheduler import QueueScheduler, Scheduler, scheduler_for
 from fnserve.scheduling.supervisor import Supervisor
 from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.stats import ModelStats
@@ -127,14 +128,17 @@ class LoadedModel:
             self._crashed,
         )
         self.scheduler: Scheduler
+        # Requests that may skip the scheduler (an idle model that runs inline), if any.
+        self.direct: DirectLane | None = None
         if self.config.ensemble:  # no instances: the steps' models do the work
             if caller is None:
                 raise RepositoryError(f"ensemble '{self.config.name}' needs a runtime to call")
             self.scheduler = EnsembleScheduler(self.config, caller, defaults.max_queue_size)
         else:
-            self.scheduler = scheduler_for(
-                self.config, self.pool, defaults.max_queue_size, maker.inline
-            )
+            scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size, maker.inline)
+            if maker.inline and isinstance(scheduler, QueueScheduler) and scheduler.at_once:
+                self.direct = DirectLane(self.config, scheduler, self.pool)
+            self.scheduler = scheduler
         self._task: asyncio.Task[None] | None = None
         self._scaler_task: asyncio.Task[None] | None = None
         self._scaler = None

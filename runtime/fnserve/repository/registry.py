@@ -130,6 +130,10 @@ class ModelRegistry:
                 ready (Triton 2.51: 404 / NOT_FOUND "... has no available versions").
             ModelNotReadyError: a named version is not ready (503 / UNAVAILABLE).
         """
+        if not version:  # the common case first: the latest version serves
+            ordered = self._ordered.get(name)
+            if ordered and ordered[-1].state is ModelState.READY:
+                return ordered[-1]
         versions = self._handles.get(name)
         if not versions:
             failed = self._failed.get(name)

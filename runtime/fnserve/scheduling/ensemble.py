@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from fnserve.config.model_config import EnsembleStep, ModelConfig
 from fnserve.errors import FnserveError, ModelExecutionError, QueueFullError
@@ -34,6 +34,7 @@ class EnsembleScheduler:
         self._caller = caller
         self._max_inflight = max_inflight
         self._running: dict[asyncio.Task[Any], PendingRequest] = {}  # by the caller's task
+        self._chain = chain_of(config)
 
     async def execute(self, entry: PendingRequest) -> dict[str, Array]:
         """Run the steps in the caller's own task: no task to create, and no turn of the loop
@@ -49,6 +50,8 @@ class EnsembleScheduler:
         self._running[task] = entry
         try:
             chain = (*entry.call_chain, self._config.name)
+            if self._chain is not None and len(entry.inputs) == len(self._config.inputs):
+                return await run_chain(self._config, self._chain, entry.inputs, self._caller, chain)
             return await run_steps(self._config, entry.inputs, self._caller, chain)
         except asyncio.CancelledError:
             failed = entry.future.done() and not entry.future.cancelled()
@@ -94,7 +97,7 @@ async def run_steps(
     Raises:
         FnserveError: a step failed (its message names the step), with the step's status.
     """
-    declared = {t.name: t.datatype for t in config.inputs}
+    declared = config.input_datatypes
     tensors: dict[str, Typed] = {n: (declared[n], a) for n, a in inputs.items()}
     pending = list(enumerate(config.ensemble))
     running: dict[asyncio.Task[dict[str, Typed]], tuple[int, EnsembleStep]] = {}
@@ -127,6 +130,82 @@ async def run_steps(
 
 
 Typed = tuple[str, Array]  # (protocol datatype, array) of an ensemble tensor
+
+
+class ChainStep(NamedTuple):
+    """One step of an ensemble that is a chain, with its maps as tuples."""
+
+    position: int  # in the config's steps (errors name it)
+    step: EnsembleStep
+    version: str  # "" for the latest
+    reads: tuple[tuple[str, str], ...]  # (the step model's input, the ensemble tensor)
+    writes: dict[str, str]  # the step model's output -> the ensemble tensor
+    outputs: tuple[str, ...]  # the step model's outputs it asks for
+
+
+def chain_of(config: ModelConfig) -> tuple[ChainStep, ...] | None:
+    """The steps in the order they run when the ensemble is a chain (with every input given,
+    exactly one step can run at each point: nothing to run concurrently); None otherwise."""
+    available = {t.name for t in config.inputs}
+    pending = list(enumerate(config.ensemble))
+    order: list[ChainStep] = []
+    while pending:
+        ready = [(i, s) for i, s in pending if available.issuperset(s.input_map.values())]
+        if len(ready) != 1:
+            return None
+        index, step = ready[0]
+        pending.remove(ready[0])
+        available.update(step.output_map.values())
+        version = "" if step.model_version < 0 else str(step.model_version)
+        reads = tuple(step.input_map.items())
+        order.append(ChainStep(index, step, version, reads, dict(step.output_map),
+                               tuple(step.output_map)))  # fmt: skip
+    return tuple(order)
+
+
+async def run_chain(
+    config: ModelConfig,
+    steps: Sequence[ChainStep],
+    inputs: Mapping[str, Array],
+    caller: ModelCaller,
+    chain: tuple[str, ...],
+) -> dict[str, Array]:
+    """`run_steps` for an ensemble that is a chain (`chain_of`): one step after the other,
+    with nothing worked out per request but the tensors."""
+    declared = config.input_datatypes
+    tensors: dict[str, Typed] = {n: (declared[n], a) for n, a in inputs.items()}
+    # Loops rather than comprehensions: a step runs right after a large model may have
+    # evicted the CPU caches, and each comprehension is one more function to bring back.
+    for plan in steps:
+        step_inputs = []
+        for name, source in plan.reads:
+            datatype, array = tensors[source]
+            step_inputs.append(InferInput(name, datatype, array))
+        try:
+            # A step that can answer at once (idle, inline) does, without request objects.
+            answer = caller.call_now(
+                plan.step.model_name, plan.version, step_inputs, plan.outputs, chain
+            )
+            if answer is None:
+                request = InferRequest(
+                    plan.step.model_name,
+                    tuple(step_inputs),
+                    plan.version,
+                    outputs=plan.outputs,
+                    call_chain=chain,  # an ensemble that reaches itself fails, not recurses
+                )
+                for output in (await caller.infer(request)).outputs:
+                    tensors[plan.writes[output.name]] = (output.datatype, output.data)
+                continue
+        except FnserveError as exc:
+            raise _named(config, plan.position, plan.step, exc) from exc
+        arrays, datatypes = answer
+        for name, target in plan.writes.items():
+            tensors[target] = (datatypes[name], arrays[name])
+    outputs = {}
+    for tensor in config.outputs:
+        outputs[tensor.name] = tensors[tensor.name][1]
+    return outputs
 
 
 def _named(config: ModelConfig, index: int, step: EnsembleStep, exc: FnserveError) -> Exception:

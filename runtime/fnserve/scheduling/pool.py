@@ -13,11 +13,12 @@ out of memory is rerun in halves, down to single requests (see `oom.py`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from fnserve.errors import (
     DeadlineExceededError,
@@ -43,6 +44,7 @@ Delivery = tuple[Sequence[PendingRequest], Results | BaseException]  # requests 
 # Rebuilds of one instance index wait 0.1 s, 0.2 s, ... up to 10 s; a good batch resets it.
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 10.0
+_T = TypeVar("_T")
 
 
 class Instance(Protocol):
@@ -97,11 +99,56 @@ class ThreadInstance:
         if self._inline is None:
             return self._worker.call(self.runner.run, batch)
         if self._inline.allows():
-            return self._run_inline(self._inline, batch)
+            future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+            try:
+                future.set_result(self.run_inline(batch))
+            except NeedsOwnThread:
+                return self._worker.call(self.runner.run, batch)
+            except BaseException as exc:  # handed over as the thread would (never up the loop)
+                future.set_exception(exc)
+            return future
         return self._worker.call(self._run_observed, batch)
 
     def runs_inline(self) -> bool:
         return self._inline is not None and self._inline.allows()
+
+    def run_inline(self, batch: Sequence[PendingRequest]) -> Outcome:
+        """Run `batch` on the loop's thread now (only when `runs_inline()` said so); raises
+        what `start`'s future would, or `NeedsOwnThread` (the batch must go to `start`)."""
+        return self._inline_call(self.runner.run, batch)
+
+    def run_inline_one(
+        self, inputs: dict[str, Array], rows: int, chain: tuple[str, ...]
+    ) -> tuple[dict[str, Array], ExecutionTimes]:
+        """`BatchRunner.run_one` on the loop's thread now (only when `runs_inline()` said so),
+        for the direct lane (direct.py); raises as `run_inline` does. (`_inline_call`
+        written out: this is every direct request's path.)"""
+        inline = self._inline
+        assert inline is not None
+        token = RUNNING_INLINE.set(True)
+        start_ns = time.perf_counter_ns()
+        try:
+            return self.runner.run_one(inputs, rows, chain)
+        except NeedsOwnThread:
+            inline.disable()
+            raise
+        finally:
+            RUNNING_INLINE.reset(token)
+            inline.observe(time.perf_counter_ns() - start_ns)
+
+    def _inline_call(self, run: Callable[..., _T], *args: Any) -> _T:
+        inline = self._inline
+        assert inline is not None
+        token = RUNNING_INLINE.set(True)
+        start_ns = time.perf_counter_ns()
+        try:
+            return run(*args)
+        except NeedsOwnThread:  # it calls models synchronously: from now on on its thread
+            inline.disable()
+            raise
+        finally:
+            RUNNING_INLINE.reset(token)
+            inline.observe(time.perf_counter_ns() - start_ns)
 
     def _run_observed(self, batch: Sequence[PendingRequest]) -> Outcome:
         """`runner.run` on the thread, timed for the inline policy."""
@@ -111,25 +158,6 @@ class ThreadInstance:
         finally:
             if self._inline is not None:
                 self._inline.observe(time.perf_counter_ns() - start_ns)
-
-    def _run_inline(
-        self, inline: InlinePolicy, batch: Sequence[PendingRequest]
-    ) -> asyncio.Future[Outcome]:
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        token = RUNNING_INLINE.set(True)
-        start_ns = time.perf_counter_ns()
-        try:
-            future.set_result(self.runner.run(batch))
-        except NeedsOwnThread:  # it calls models synchronously: from now on on its thread
-            inline.disable()
-            assert self._worker is not None
-            return self._worker.call(self.runner.run, batch)
-        except BaseException as exc:  # handed over as the thread would (never up the loop)
-            future.set_exception(exc)
-        finally:
-            RUNNING_INLINE.reset(token)
-        inline.observe(time.perf_counter_ns() - start_ns)
-        return future
 
     def close(self) -> None:
         if self._worker is not None:
@@ -207,9 +235,8 @@ class InstancePool:
         self._timeout_s = execution_timeout_s or None
         self._tasks = supervisor or Supervisor()
         self._on_crash = on_crash
-        self._idle: asyncio.Queue[Instance] = asyncio.Queue()
-        for instance in instances:
-            self._idle.put_nowait(instance)
+        self._idle: collections.deque[Instance] = collections.deque(instances)
+        self._waiters: collections.deque[asyncio.Future[Instance]] = collections.deque()
         self._running: dict[asyncio.Future[Outcome], _Batch] = {}
         self._rebuilds: set[asyncio.Task[None]] = set()
         self._backoff_s: dict[int, float] = {}
@@ -221,18 +248,47 @@ class InstancePool:
         self._finished: dict[int, list[Delivery]] = {}
         self.batch_cap: BatchCap | None = None
 
+    # Idle instances are a deque and a deque of waiters rather than an asyncio.Queue: an
+    # instance is taken and given back on every request's path, and the queue's bookkeeping
+    # (its unfinished-task count and join event) was a good part of a small step's cost.
+
     async def acquire(self) -> Instance:
-        return await self._idle.get()
+        """The next idle instance, in turn, when there is one."""
+        if self._idle:
+            return self._idle.popleft()
+        waiter: asyncio.Future[Instance] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # handed one just as it gave up
+                self.release(waiter.result())
+            raise
 
     def release(self, instance: Instance) -> None:
-        self._idle.put_nowait(instance)
+        """Give an instance back: to the first one waiting, else to the idle ones."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(instance)
+                return
+        self._idle.append(instance)
 
     def try_acquire(self) -> Instance | None:
         """An idle instance if there is one now (the caller launches or releases it)."""
-        try:
-            return self._idle.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
+        return self._idle.popleft() if self._idle else None
+
+    def take_inline(self) -> ThreadInstance | None:
+        """The next idle instance if it would run a batch inline now (see inline.py), taken
+        (the caller runs on it and releases it); else None, and nothing is taken."""
+        idle = self._idle
+        if idle:
+            instance = idle[0]
+            if isinstance(instance, ThreadInstance) and instance.runs_inline():
+                idle.popleft()
+                return instance
+        return None
 
     @property
     def busy(self) -> int:
@@ -250,11 +306,9 @@ class InstancePool:
 
     def take_idle(self) -> Instance | None:
         """Take an idle instance out of rotation (the caller closes it); None if all are busy."""
-        try:
-            instance = self._idle.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
-        self.instances.remove(instance)
+        instance = self.try_acquire()
+        if instance is not None:
+            self.instances.remove(instance)
         return instance
 
     def launch(self, instance: Instance, batch: list[PendingRequest]) -> None:
@@ -262,6 +316,34 @@ class InstancePool:
         run = _Batch(instance, batch, self._dispatched, time.perf_counter_ns())
         self._dispatched += 1
         self._start(run)
+
+    def run_now(self, instance: ThreadInstance, batch: list[PendingRequest]) -> None:
+        """Run `batch` inline on `instance` (its `runs_inline()` said yes) and answer it before
+        returning. Only success takes this short way; a failure, an out-of-memory split, a
+        pool that keeps order, or a model that must go to its thread take `launch`'s."""
+        if self._ordered:
+            self.launch(instance, batch)
+            return
+        start_ns = time.perf_counter_ns()
+        self._peak_busy = max(self._peak_busy, len(self._running) + 1)
+        try:
+            results, times = instance.run_inline(batch)
+        except NeedsOwnThread:
+            self.launch(instance, batch)
+            return
+        except BaseException as exc:
+            future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+            future.set_exception(exc)
+            self._running[future] = _Batch(instance, batch, self._dispatched, start_ns)
+            self._dispatched += 1
+            self._done(future)
+            return
+        self._dispatched += 1
+        if self._backoff_s:
+            self._backoff_s.pop(instance.index, None)
+        self._record(batch, start_ns, times)
+        self.release(instance)
+        _deliver(batch, results)
 
     def _start(self, run: _Batch) -> None:
         future = run.instance.start(run.requests)
@@ -325,16 +407,11 @@ class InstancePool:
         """Lower the batch cap; queue the halves of a batch of several requests to run next on
         its instance (True), or leave a single request to fail (False)."""
         rows = sum(e.rows for e in run.requests)
+        if len(run.requests) < 2:
+            self._single_out_of_memory(run.instance, rows)
+            return False
         if self.batch_cap is not None:
             self.batch_cap.lower(rows, time.perf_counter_ns())
-        if len(run.requests) < 2:
-            log.warning(
-                "model '%s' instance %d: a single request (%d rows) ran out of memory; it fails",
-                self.name,
-                run.instance.index,
-                rows,
-            )
-            return False
         first, second = halves(run.requests)
         self.stats.oom_splits += 1
         log.warning(
@@ -351,6 +428,36 @@ class InstancePool:
             run.split = _Split()
         run.split.rest[:0] = [first, second]
         return True
+
+    def _single_out_of_memory(self, instance: Instance, rows: int) -> None:
+        if self.batch_cap is not None:
+            self.batch_cap.lower(rows, time.perf_counter_ns())
+        log.warning(
+            "model '%s' instance %d: a single request (%d rows) ran out of memory; it fails",
+            self.name,
+            instance.index,
+            rows,
+        )
+
+    def direct_done(self, instance: Instance, rows: int, times: ExecutionTimes) -> None:
+        """A request of `rows` rows ran on `instance` in the direct lane (direct.py): count
+        it as a batch of its own that did not queue, and put the instance back."""
+        if self._backoff_s:
+            self._backoff_s.pop(instance.index, None)
+        self._dispatched += 1
+        self._peak_busy = max(self._peak_busy, len(self._running) + 1)
+        self.stats.record_batch(rows, [0], times.input_ns, times.infer_ns, times.output_ns)
+        self.release(instance)
+
+    def direct_failed(self, instance: Instance, rows: int, exc: BaseException) -> BaseException:
+        """A request of `rows` rows raised `exc` in the direct lane: put the instance back (a
+        model that runs inline cannot break it); the error to raise, as a batch would get."""
+        self._dispatched += 1
+        error = self._error(exc, rows, 1)
+        if isinstance(error, OutOfMemoryError):
+            self._single_out_of_memory(instance, rows)
+        self.release(instance)
+        return error
 
     def _next_piece(self, run: _Batch) -> bool:
         """Start the next piece of a split batch on its instance; False when none is left."""
@@ -406,15 +513,18 @@ class InstancePool:
             return results, times, None
         if isinstance(exc, DeadlineExceededError | InstanceBrokenError):
             return exc, None, exc
+        return self._error(exc, sum(e.rows for e in run.requests), len(run.requests)), None, None
+
+    def _error(self, exc: BaseException, rows: int, requests: int) -> BaseException:
+        """What a batch of `rows` rows from `requests` requests fails with when running it
+        raised `exc` (an instance that is still good)."""
         if isinstance(exc, FnserveError):
-            return exc, None, None
+            return exc
         if is_out_of_memory(exc):  # merging inputs or reading outputs, outside the model's code
-            rows = sum(e.rows for e in run.requests)
-            message = describe(self.name, rows, len(run.requests), exc)
-            return OutOfMemoryError(scrub_paths(message)), None, None
+            return OutOfMemoryError(scrub_paths(describe(self.name, rows, requests, exc)))
         # The runner already wraps model errors; this is a bug path.
         log.error("model '%s': batch execution failed", self.name, exc_info=exc)
-        return ModelExecutionError(f"model '{self.name}' failed: {exc}"), None, None
+        return ModelExecutionError(f"model '{self.name}' failed: {exc}")
 
     def _retire(self, instance: Instance, cause: BaseException) -> None:
         """Take a stuck or dead instance out of rotation and start building its replacement."""
@@ -447,15 +557,13 @@ class InstancePool:
             return
 
     def _record(self, batch: list[PendingRequest], start_ns: int, times: ExecutionTimes) -> None:
-        rows = sum(e.rows for e in batch)
-        self.stats.record_execution(rows, times.input_ns, times.infer_ns, times.output_ns)
-        for entry in batch:
-            self.stats.record_request_compute(
-                max(start_ns - entry.enqueued_ns, 0),
-                times.input_ns,
-                times.infer_ns,
-                times.output_ns,
-            )
+        self.stats.record_batch(
+            sum(e.rows for e in batch),
+            [max(start_ns - e.enqueued_ns, 0) for e in batch],
+            times.input_ns,
+            times.infer_ns,
+            times.output_ns,
+        )
 
     def _deliver_in_order(self) -> None:
         while self._delivered in self._finished:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fnserve.config.model_config import ModelConfig, Tensor
+from fnserve.config.tensor_plan import InputsAccepted
 from fnserve.errors import InvalidInputError, UnsupportedError
 from fnserve.limits import quote
 from fnserve.types import Array, InferRequest, ParamValue
@@ -59,25 +60,40 @@ def prepare(config: ModelConfig, request: InferRequest, background: bool = False
     Raises:
         InvalidInputError: the request does not fit the model's declaration.
     """
-    inputs = _validate_inputs(config, request)
-    _validate_outputs(config, request.outputs)
-    priority, timeout_us, custom = _split_parameters(config.name, request.parameters)
-    rows = _batch_rows(config, inputs)
-    # Requests merge only when every non-batch dimension matches.
-    shape_key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if config.batching else ()
-    loop = asyncio.get_running_loop()
+    accepted = config.plan.accept_inputs(request.inputs)  # the common case, fast
+    inputs, rows, shape_key = accepted or check_inputs(config, request)
+    if request.outputs is not None:
+        _validate_outputs(config, request.outputs)
+    if request.parameters:
+        priority, timeout_us, custom = _split_parameters(config.name, request.parameters)
+    else:  # most requests, and every ensemble step
+        priority, timeout_us, custom = 0, 0, {}
     return PendingRequest(
-        inputs=inputs,
-        rows=rows,
-        shape_key=shape_key,
-        future=loop.create_future(),
-        priority=priority,
-        timeout_us=timeout_us,
-        parameters=custom,
-        enqueued_ns=time.perf_counter_ns(),
+        inputs,
+        rows,
+        shape_key,
+        asyncio.get_running_loop().create_future(),
+        priority,
+        timeout_us,
+        custom,
+        time.perf_counter_ns(),
         call_chain=request.call_chain,
         background=background,
     )
+
+
+def check_inputs(config: ModelConfig, request: InferRequest) -> InputsAccepted:
+    """The request's inputs by name, its batch rows and the key that says which requests may
+    merge, checked in detail (what `TensorPlan.accept_inputs` leaves to it).
+
+    Raises:
+        InvalidInputError: the inputs do not fit the model's declaration.
+    """
+    inputs = _validate_inputs(config, request)
+    rows = _batch_rows(config, inputs)
+    # Requests merge only when every non-batch dimension matches.
+    shape_key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if config.batching else ()
+    return inputs, rows, shape_key
 
 
 def _validate_inputs(config: ModelConfig, request: InferRequest) -> dict[str, Array]:
@@ -131,10 +147,8 @@ def _batch_rows(config: ModelConfig, inputs: Mapping[str, Array]) -> int:
     return rows
 
 
-def _validate_outputs(config: ModelConfig, outputs: tuple[str, ...] | None) -> None:
-    if outputs is None:
-        return
-    known = {t.name for t in config.outputs}
+def _validate_outputs(config: ModelConfig, outputs: tuple[str, ...]) -> None:
+    known = config.output_datatypes
     for name in outputs:
         if name not in known:
             raise InvalidInputError(
@@ -146,8 +160,6 @@ def _validate_outputs(config: ModelConfig, outputs: tuple[str, ...] | None) -> N
 def _split_parameters(
     model: str, parameters: Mapping[str, ParamValue]
 ) -> tuple[int, int, dict[str, ParamValue]]:
-    if not parameters:  # most requests, and every ensemble step
-        return 0, 0, {}
     priority = _uint_parameter(parameters, "priority")
     timeout_us = _uint_parameter(parameters, "timeout")
     sequence_id = parameters.get("sequence_id", 0)

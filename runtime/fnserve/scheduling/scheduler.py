@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Protocol
+from typing import Any, Protocol
 
 from fnserve.config.model_config import ModelConfig
-from fnserve.scheduling.pool import InstancePool
+from fnserve.scheduling.pool import InstancePool, ThreadInstance
 from fnserve.scheduling.queue import RequestQueue
 from fnserve.scheduling.request import PendingRequest
 from fnserve.types import Array
@@ -71,7 +71,8 @@ class QueueScheduler:
         )
         self._flushing = False
         self._at_once = inline and dispatch_at_once
-        self._burst = False  # a request ran at once in this turn of the loop
+        # The task whose request ran at once in this turn of the loop, if any (see below).
+        self._burst: asyncio.Task[Any] | None = None
 
     def execute(self, entry: PendingRequest) -> asyncio.Future[dict[str, Array]]:
         self.submit_nowait(entry)
@@ -79,28 +80,39 @@ class QueueScheduler:
 
     def submit_nowait(self, entry: PendingRequest) -> None:
         """Queue a request (or run it at once, see the class doc)."""
-        if self._at_once and not self._burst and not len(self.queue):
-            if self._launch_inline(entry):
-                return
-        self.queue.put_nowait(entry)
-
-    def _launch_inline(self, entry: PendingRequest) -> bool:
-        instance = self._pool.try_acquire()
+        instance = self.take_inline_turn()
         if instance is None:
-            return False
-        if not instance.runs_inline():
-            self._pool.release(instance)
-            return False
-        # An inline batch is answered before this returns, so the instance is idle again for
-        # the next request: requests arriving in the same turn of the loop (a burst, e.g. the
-        # rows of a batch another step just finished) queue instead and batch together.
-        self._burst = True
-        asyncio.get_running_loop().call_soon(self._end_burst)
-        self._pool.launch(instance, [entry])
-        return True
+            self.queue.put_nowait(entry)
+        else:
+            self._pool.run_now(instance, [entry])
+
+    def take_inline_turn(self) -> ThreadInstance | None:
+        """An idle instance to run one request inline at once, if the class doc's conditions
+        hold now; the caller runs the request on it before it lets the loop turn."""
+        if not self._at_once or len(self.queue):
+            return None
+        task = asyncio.current_task()
+        if self._burst is not None and self._burst is not task:
+            return None
+        instance = self._pool.take_inline()
+        if instance is None:
+            return None
+        # An inline batch is answered before the loop turns, so the instance is idle again for
+        # the next request: requests of other tasks arriving in the same turn of the loop (a
+        # burst, e.g. the rows of a batch another step just finished) queue instead and batch
+        # together. The same task's next request is no burst: it waited for this answer.
+        if self._burst is None:
+            self._burst = task
+            asyncio.get_running_loop().call_soon(self._end_burst)
+        return instance
+
+    @property
+    def at_once(self) -> bool:
+        """Whether a request may run at once (see the class doc), when the model is idle."""
+        return self._at_once
 
     def _end_burst(self) -> None:
-        self._burst = False
+        self._burst = None
 
     def queued(self) -> int:
         return len(self.queue)
