@@ -133,7 +133,7 @@ def test_edits_under_load_serve_the_new_code_with_no_failed_request(
         time.sleep(0.2)  # a little traffic on the last code
     assert load.failures == []
     assert {2.0, 11.0, 101.0, 1001.0} <= set(load.seen)
-    assert "reload: model 'plus' reloaded" in server.output()
+    wait_until(lambda: "reload: model 'plus' reloaded" in server.output(), "the log says so")
 
 
 def test_a_reload_starts_from_a_fresh_module(plus: Path, server: ServerProcess) -> None:
@@ -153,7 +153,7 @@ def test_models_added_to_and_removed_from_a_file(plus: Path, server: ServerProce
     plus.write_text(SOURCE.format(n=5))
     wait_until(lambda: "minus" not in _index(server), "the removed model is unloaded")
     assert _answer(server, "minus") is None
-    assert "reload: model 'minus' unloaded" in server.output()
+    wait_until(lambda: "reload: model 'minus' unloaded" in server.output(), "the log says so")
 
 
 def test_a_new_file_loads_and_a_deleted_file_unloads(
@@ -162,7 +162,7 @@ def test_a_new_file_loads_and_a_deleted_file_unloads(
     other = folder / "other.py"
     other.write_text(OTHER)
     wait_until(lambda: _answer(server, "other") == 3.0, "the new file's model serves")
-    assert "reload: model 'other' loaded" in server.output()
+    wait_until(lambda: "reload: model 'other' loaded" in server.output(), "the log says so")
     other.unlink()
     wait_until(lambda: "other" not in _index(server), "the deleted file's model is unloaded")
     assert _answer(server, "other") is None

@@ -84,7 +84,7 @@ def test_a_config_edit_reloads_under_load(repo: Path) -> None:
             wait_until(_configured(server, 8, "second"), "the edited config serves")
         assert load.failures == []
         assert set(load.seen) == {2.0}
-        assert "reload: model 'add_one' reloaded" in server.output()
+        wait_until(lambda: "reload: model 'add_one' reloaded" in server.output(), "the log says so")
         assert server.stop() == 0
 
 
@@ -149,5 +149,5 @@ def test_a_deleted_model_directory_is_unloaded(repo: Path) -> None:
         )
         assert answer.status_code == 404
         assert _versions(server, "scale")["1"]["state"] == "READY"
-        assert "reload: model 'add_one' unloaded" in server.output()
+        wait_until(lambda: "reload: model 'add_one' unloaded" in server.output(), "the log says so")
         assert server.stop() == 0
