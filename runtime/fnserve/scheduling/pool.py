@@ -121,20 +121,8 @@ class ThreadInstance:
         self, inputs: dict[str, Array], rows: int, chain: tuple[str, ...]
     ) -> tuple[dict[str, Array], ExecutionTimes]:
         """`BatchRunner.run_one` on the loop's thread now (only when `runs_inline()` said so),
-        for the direct lane (direct.py); raises as `run_inline` does. (`_inline_call`
-        written out: this is every direct request's path.)"""
-        inline = self._inline
-        assert inline is not None
-        token = RUNNING_INLINE.set(True)
-        start_ns = time.perf_counter_ns()
-        try:
-            return self.runner.run_one(inputs, rows, chain)
-        except NeedsOwnThread:
-            inline.disable()
-            raise
-        finally:
-            RUNNING_INLINE.reset(token)
-            inline.observe(time.perf_counter_ns() - start_ns)
+        for the direct lane (direct.py); raises as `run_inline` does."""
+        return self._inline_call(self.runner.run_one, inputs, rows, chain)
 
     def _inline_call(self, run: Callable[..., _T], *args: Any) -> _T:
         inline = self._inline

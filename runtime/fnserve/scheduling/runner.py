@@ -75,11 +75,7 @@ class BatchRunner:
                 CURRENT_CLIENT.set(self.client),
             )
         try:
-            result = self.backend.execute(inputs, [{}])  # `call`, written out: one call less
-        except FnserveError:
-            raise
-        except Exception as exc:
-            raise self.model_error(exc, rows, 1) from exc
+            result = self.call(inputs, [{}])
         finally:
             if tokens is not None:
                 _leave_calls(tokens)
