@@ -104,7 +104,7 @@ async def _overhead(calls: int) -> None:
     from fnserve.backends.python import PythonBackend
     from fnserve.model import InstanceContext, ModelDefinition
     from fnserve.repository.discover import discover
-    from fnserve.scheduling.pool import Instance, ThreadInstance
+    from fnserve.scheduling.instance import Instance, ThreadInstance
     from fnserve.scheduling.process import ProcessInstance
     from fnserve.scheduling.request import PendingRequest
     from fnserve.scheduling.runner import BatchRunner

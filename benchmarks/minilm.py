@@ -9,6 +9,9 @@
    function), at concurrency 64 (throughput) and 1 (p50); then at concurrency 1 with the two
    taking turns on one connection, so that drift of the machine cancels out of the difference
    (`--pair-seconds`: the median of ~15 pairs a second, with a bootstrap 95 % interval).
+3. The same pairs in-process, through the runtime without HTTP, each request's own encoder
+   time subtracted: the encoder's jitter (the same work in both) drops out, which leaves the
+   runtime's share of the c=1 difference with an interval a few times narrower.
 Server pinned to one core, h2load (HTTP/1.1 JSON) to the other. The ensemble's encoder and the
 fused function run one ONNX Runtime session (`MINILM_SHARED_SESSION`, examples/minilm/steps.py):
 two sessions in one process differ by about 0.1 ms a call from where their weights landed.
@@ -100,6 +103,68 @@ print(json.dumps([statistics.median(times["minilm"][5:]),
     return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def runtime_share(seconds: float, cpu: int) -> tuple[float, ...]:
+    """c=1 in-process (no HTTP, which both pay alike), ensemble and fused requests taking turns
+    through `Runtime.infer`, each request's own encoder time subtracted: the encoder's run to
+    run jitter (~1 ms on this host, the same work in both) then drops out of the difference,
+    which leaves the runtime's share with a narrow interval. (ensemble ms, fused ms, median
+    paired difference ms, its 95 % interval's ends, pairs), times without the encoder."""
+    code = f"""
+import asyncio, json, os, random, statistics, sys, time
+os.sched_setaffinity(0, {{{cpu}}})
+sys.path.insert(0, {str(HERE.parent)!r}); sys.path.insert(0, {str(HERE.parent / "runtime")!r})
+import numpy as np
+import examples.minilm.steps as steps
+encoder_us = []
+encode = steps.MiniLMEncoder.__call__
+def timed(self, INPUT_IDS, ATTENTION_MASK):  # the model's inputs, by name
+    start = time.perf_counter_ns()
+    try:
+        return encode(self, INPUT_IDS, ATTENTION_MASK)
+    finally:
+        encoder_us.append((time.perf_counter_ns() - start) / 1000)
+steps.MiniLMEncoder.__call__ = timed
+from fnserve.config.server import ModelDefaults
+from fnserve.runtime import Runtime
+from fnserve.types import InferInput, InferRequest
+from fnserve.user_modules import definitions_in, import_file
+from pathlib import Path
+async def main():
+    files = [Path(f) for f in {[str(m) for m in MODELS]!r}]
+    runtime = Runtime([d for f in files for d in definitions_in(import_file(f))])
+    await runtime.start(ModelDefaults())
+    text = np.array([[{SENTENCE!r}.encode()]], dtype=object)
+    requests = {{n: InferRequest(n, (InferInput("TEXT", "BYTES", text),))
+                for n in ("minilm", "minilm_fused")}}
+    async def once(name):
+        await asyncio.sleep(0)
+        encoder_us.clear()
+        start = time.perf_counter_ns()
+        await runtime.infer(requests[name])
+        return (time.perf_counter_ns() - start) / 1000 - encoder_us[0]
+    times = {{"minilm": [], "minilm_fused": []}}
+    end, flip = time.perf_counter() + {seconds}, False
+    while time.perf_counter() < end:
+        for name in (("minilm", "minilm_fused") if flip else ("minilm_fused", "minilm")):
+            times[name].append(await once(name))
+        flip = not flip
+    await runtime.aclose()
+    ens, fused = times["minilm"][20:], times["minilm_fused"][20:]
+    pairs = [a - b for a, b in zip(ens, fused)]
+    rng = random.Random(0)
+    boot = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(1000))
+    print(json.dumps([x / 1000 for x in (statistics.median(ens), statistics.median(fused),
+                      statistics.median(pairs), boot[25], boot[974])] + [len(pairs)]))
+asyncio.run(main())
+"""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # Only stdout is captured: the child's errors reach the terminal as they are.
+    out = subprocess.run(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env, check=True
+    )
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 def _body(doc: Mapping[str, Any]) -> Path:
     file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
     json.dump(doc, file)
@@ -151,6 +216,10 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+    share = runtime_share(args.pair_seconds, args.server_cpu)
+    print(f"c=1 in-process, encoder time subtracted, {share[5]} pairs: ensemble {share[0]:.2f} "
+          f"ms, fused {share[1]:.2f} ms, median paired difference {1000 * share[2]:+.0f} us "
+          f"(95 % interval {1000 * share[3]:+.0f} to {1000 * share[4]:+.0f} us)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ from fnserve import DynamicBatching
 if TYPE_CHECKING:
     import onnxruntime as ort
 
-# The encoder: worth waiting for, and fastest per row at 8-16 rows on one core (measured by
-# benchmarks/minilm.py), so those are its preferred sizes.
-ENCODER_BATCHING = DynamicBatching(preferred_batch_size=[8, 16], max_queue_delay_microseconds=2000)
+# The encoder: worth waiting for, and fastest per row at 8 rows on one core (benchmarks/
+# minilm.py, three runs on 2026-11-23: 36-38 rows/s at 8, 4-8 % fewer at 16, fewer still at
+# 32 and 64), so 8 is its preferred size: under load the batcher takes 8 rather than the 16
+# it would take when both are preferred (the largest preferred size it can form, Triton's rule).
+ENCODER_BATCHING = DynamicBatching(preferred_batch_size=[8], max_queue_delay_microseconds=2000)
 
 
 # Set by benchmarks/minilm.py: every MiniLMEncoder in the process then runs one session, so

@@ -15,8 +15,9 @@ from fnserve import DynamicBatching, Tensor
 from fnserve.config.model_config import ModelConfig
 from fnserve.errors import InstanceBrokenError, OutOfMemoryError, UnavailableError
 from fnserve.scheduling.batcher import BatchPolicy
+from fnserve.scheduling.instance import Outcome
 from fnserve.scheduling.oom import BatchCap, halves, is_out_of_memory
-from fnserve.scheduling.pool import InstancePool, Outcome
+from fnserve.scheduling.pool import InstancePool
 from fnserve.scheduling.request import PendingRequest
 from fnserve.scheduling.runner import ExecutionTimes
 from fnserve.stats import ModelStats

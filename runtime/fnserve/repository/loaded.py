@@ -29,7 +29,8 @@ from fnserve.scheduling.autoscale import InstanceScaler, ScalePolicy
 from fnserve.scheduling.direct import DirectLane
 from fnserve.scheduling.ensemble import EnsembleScheduler
 from fnserve.scheduling.inline import InlinePolicy, inline_limit_ns
-from fnserve.scheduling.pool import Instance, InstancePool, ThreadInstance
+from fnserve.scheduling.instance import Instance, ThreadInstance
+from fnserve.scheduling.pool import InstancePool
 from fnserve.scheduling.runner import BatchRunner
 from fnserve.scheduling.scheduler import QueueScheduler, Scheduler, scheduler_for
 from fnserve.scheduling.supervisor import Supervisor

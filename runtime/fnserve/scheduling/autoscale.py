@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 from fnserve.config.model_config import ModelConfig
 from fnserve.errors import ModelConfigError
-from fnserve.scheduling.pool import Instance, InstancePool
+from fnserve.scheduling.instance import Instance
+from fnserve.scheduling.pool import InstancePool
 from fnserve.scheduling.threads import run_in_daemon_thread
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,9 @@
 """Instance pool: one worker per model instance, so instances (and models) run concurrently.
 
-An `Instance` is the seam between scheduling and where a model runs: `ThreadInstance` runs a
-synchronous model on its own daemon thread (an async model on the loop); a process-isolated
-instance runs it in a worker process. The pool hands idle instances to the batcher, runs the
-batches it launches, and keeps the model serving when an instance goes bad: a batch past
-`execution_timeout_s` fails with `DeadlineExceededError`, an instance that died raises
-`InstanceBrokenError`; either way the instance is abandoned and the factory builds a
+Instances (instance.py) are where a model runs. The pool hands idle instances to the
+batcher, runs the batches it launches, and keeps the model serving when an instance goes bad:
+a batch past `execution_timeout_s` fails with `DeadlineExceededError`, an instance that died
+raises `InstanceBrokenError`; either way the instance is abandoned and the factory builds a
 replacement for its index (with backoff), while queued requests wait for it. A batch that runs
 out of memory is rerun in halves, down to single requests (see `oom.py`).
 """
@@ -16,9 +14,8 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
 
 from fnserve.errors import (
     DeadlineExceededError,
@@ -28,134 +25,20 @@ from fnserve.errors import (
     OutOfMemoryError,
     UnavailableError,
 )
-from fnserve.scheduling.inline import RUNNING_INLINE, InlinePolicy, NeedsOwnThread
+from fnserve.scheduling.inline import NeedsOwnThread
+from fnserve.scheduling.instance import Instance, InstanceFactory, Outcome, Results, ThreadInstance
 from fnserve.scheduling.oom import BatchCap, describe, halves, is_out_of_memory
 from fnserve.scheduling.request import PendingRequest
-from fnserve.scheduling.runner import BatchRunner, ExecutionTimes, scrub_paths
+from fnserve.scheduling.runner import ExecutionTimes, scrub_paths
 from fnserve.scheduling.supervisor import OnCrash, Supervisor
-from fnserve.scheduling.threads import DaemonWorker, run_in_daemon_thread
+from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.stats import ModelStats
-from fnserve.types import Array
 
 log = logging.getLogger(__name__)
-Results = list[dict[str, Array]]
-Outcome = tuple[Results, ExecutionTimes]  # what one batch gives back: results and timings
 Delivery = tuple[Sequence[PendingRequest], Results | BaseException]  # requests and their answer
 # Rebuilds of one instance index wait 0.1 s, 0.2 s, ... up to 10 s; a good batch resets it.
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 10.0
-_T = TypeVar("_T")
-
-
-class Instance(Protocol):
-    """One loaded model instance, wherever it runs.
-
-    `start` begins one batch and returns a future of the loop thread holding its outcome
-    (raising `FnserveError`s; `InstanceBrokenError` when the instance itself died); cancelling
-    that future gives up on the batch. `close` releases the instance gracefully and may block
-    (called off the event loop, once no batch runs). `abandon` gives up on a stuck or broken
-    instance: it releases what can be released without waiting and never blocks; nothing it
-    leaves behind may keep the process alive at exit.
-    """
-
-    index: int
-
-    def start(self, batch: Sequence[PendingRequest]) -> asyncio.Future[Outcome]: ...
-
-    def runs_inline(self) -> bool:
-        """Whether `start` would run the next batch on the loop's thread (see inline.py)."""
-        ...
-
-    def close(self) -> None: ...
-
-    def abandon(self) -> None: ...
-
-
-InstanceFactory = Callable[[int], Instance]  # builds the instance for an index (blocking)
-
-
-class ThreadInstance:
-    """An in-process instance: a sync model on its own daemon thread, an async one on the loop.
-
-    With an `InlinePolicy`, a sync model whose batches are all short runs them on the loop's
-    thread instead (see `inline.py`).
-    """
-
-    def __init__(
-        self,
-        index: int,
-        runner: BatchRunner,
-        thread_name: str,
-        inline: InlinePolicy | None = None,
-    ) -> None:
-        self.index = index
-        self.runner = runner
-        self._worker = None if runner.is_async else DaemonWorker(thread_name)
-        self._inline = None if runner.is_async else inline
-
-    def start(self, batch: Sequence[PendingRequest]) -> asyncio.Future[Outcome]:
-        if self._worker is None:
-            return asyncio.ensure_future(self.runner.arun(batch))
-        if self._inline is None:
-            return self._worker.call(self.runner.run, batch)
-        if self._inline.allows():
-            future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-            try:
-                future.set_result(self.run_inline(batch))
-            except NeedsOwnThread:
-                return self._worker.call(self.runner.run, batch)
-            except BaseException as exc:  # handed over as the thread would (never up the loop)
-                future.set_exception(exc)
-            return future
-        return self._worker.call(self._run_observed, batch)
-
-    def runs_inline(self) -> bool:
-        return self._inline is not None and self._inline.allows()
-
-    def run_inline(self, batch: Sequence[PendingRequest]) -> Outcome:
-        """Run `batch` on the loop's thread now (only when `runs_inline()` said so); raises
-        what `start`'s future would, or `NeedsOwnThread` (the batch must go to `start`)."""
-        return self._inline_call(self.runner.run, batch)
-
-    def run_inline_one(
-        self, inputs: dict[str, Array], rows: int, chain: tuple[str, ...]
-    ) -> tuple[dict[str, Array], ExecutionTimes]:
-        """`BatchRunner.run_one` on the loop's thread now (only when `runs_inline()` said so),
-        for the direct lane (direct.py); raises as `run_inline` does."""
-        return self._inline_call(self.runner.run_one, inputs, rows, chain)
-
-    def _inline_call(self, run: Callable[..., _T], *args: Any) -> _T:
-        inline = self._inline
-        assert inline is not None
-        token = RUNNING_INLINE.set(True)
-        start_ns = time.perf_counter_ns()
-        try:
-            return run(*args)
-        except NeedsOwnThread:  # it calls models synchronously: from now on on its thread
-            inline.disable()
-            raise
-        finally:
-            RUNNING_INLINE.reset(token)
-            inline.observe(time.perf_counter_ns() - start_ns)
-
-    def _run_observed(self, batch: Sequence[PendingRequest]) -> Outcome:
-        """`runner.run` on the thread, timed for the inline policy."""
-        start_ns = time.perf_counter_ns()
-        try:
-            return self.runner.run(batch)
-        finally:
-            if self._inline is not None:
-                self._inline.observe(time.perf_counter_ns() - start_ns)
-
-    def close(self) -> None:
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-        self.runner.backend.unload()
-
-    def abandon(self) -> None:
-        # The thread may be stuck in user code: let it go (a daemon), unload nothing it uses.
-        if self._worker is not None:
-            self._worker.shutdown(wait=False)
 
 
 @dataclass(eq=False, slots=True)

@@ -14,7 +14,8 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from fnserve.config.model_config import ModelConfig
-from fnserve.scheduling.pool import InstancePool, ThreadInstance
+from fnserve.scheduling.instance import ThreadInstance
+from fnserve.scheduling.pool import InstancePool
 from fnserve.scheduling.queue import RequestQueue
 from fnserve.scheduling.request import PendingRequest
 from fnserve.types import Array
