@@ -25,8 +25,9 @@ class Duration:
     count: int = 0
     ns: int = 0
 
-    def add(self, ns: int) -> None:
-        self.count += 1
+    def add(self, ns: int, count: int = 1) -> None:
+        """Count `count` durations totalling `ns`."""
+        self.count += count
         self.ns += ns
 
 
@@ -79,13 +80,8 @@ class ModelStats:
         for f in fields(self):
             setattr(self, f.name, getattr(fresh, f.name))
 
-    # The record_* methods run on every request: they update the counters in place rather
-    # than through Duration.add, each call of which costs a cache miss or two when cold.
-
     def record_success(self, duration_ns: int) -> None:
-        success = self.success
-        success.count += 1
-        success.ns += duration_ns
+        self.success.add(duration_ns)
         self.latency_buckets[bisect.bisect_left(LATENCY_BUCKETS_US, duration_ns / 1000)] += 1
         self.last_inference_ms = time.time_ns() // 1_000_000
 
@@ -103,28 +99,14 @@ class ModelStats:
         batch = self.batches.get(rows)
         if batch is None:
             batch = self.batches[rows] = BatchStats()
-        b_input, b_infer, b_output = batch.compute_input, batch.compute_infer, batch.compute_output
-        b_input.count += 1
-        b_input.ns += input_ns
-        b_infer.count += 1
-        b_infer.ns += infer_ns
-        b_output.count += 1
-        b_output.ns += output_ns
-        n = len(queue_ns)
-        queue, c_input, c_infer, c_output = (
-            self.queue,
-            self.compute_input,
-            self.compute_infer,
-            self.compute_output,
-        )
-        queue.count += n
-        queue.ns += sum(queue_ns)
-        c_input.count += n
-        c_input.ns += n * input_ns
-        c_infer.count += n
-        c_infer.ns += n * infer_ns
-        c_output.count += n
-        c_output.ns += n * output_ns
+        batch.compute_input.add(input_ns)
+        batch.compute_infer.add(infer_ns)
+        batch.compute_output.add(output_ns)
+        n = len(queue_ns)  # every request counts the whole batch's durations, as Triton does
+        self.queue.add(sum(queue_ns), n)
+        self.compute_input.add(n * input_ns, n)
+        self.compute_infer.add(n * infer_ns, n)
+        self.compute_output.add(n * output_ns, n)
 
 
 # Upper bounds (s) of the cold-start duration histogram buckets.

@@ -156,9 +156,8 @@ def chain_of(config: ModelConfig) -> tuple[ChainStep, ...] | None:
         index, step = ready[0]
         pending.remove(ready[0])
         available.update(step.output_map.values())
-        version = "" if step.model_version < 0 else str(step.model_version)
         reads = tuple(step.input_map.items())
-        order.append(ChainStep(index, step, version, reads, dict(step.output_map),
+        order.append(ChainStep(index, step, _version(step), reads, dict(step.output_map),
                                tuple(step.output_map)))  # fmt: skip
     return tuple(order)
 
@@ -208,6 +207,11 @@ async def run_chain(
     return outputs
 
 
+def _version(step: EnsembleStep) -> str:
+    """The version a step asks for ("" for the latest)."""
+    return "" if step.model_version < 0 else str(step.model_version)
+
+
 def _named(config: ModelConfig, index: int, step: EnsembleStep, exc: FnserveError) -> Exception:
     """The step's error, of the same class, naming the ensemble and the step."""
     return type(exc)(
@@ -227,7 +231,7 @@ async def _step(
     request = InferRequest(
         step.model_name,
         tuple(InferInput(name, *tensors[source]) for name, source in step.input_map.items()),
-        model_version="" if step.model_version < 0 else str(step.model_version),
+        model_version=_version(step),
         outputs=tuple(step.output_map),
         call_chain=chain,  # an ensemble that reaches itself fails instead of recursing
     )

@@ -67,22 +67,17 @@ class BatchRunner:
         """`run` for one request without parameters, already checked (`TensorPlan`), called
         from `chain`: the direct lane's (see direct.py), with nothing to merge or split."""
         t1 = time.perf_counter_ns()
-        name = self.config.name
-        tokens = None
-        if self.client is not None:
-            tokens = (
-                CALL_CHAIN.set(chain if name in chain else (*chain, name)),
-                CURRENT_CLIENT.set(self.client),
-            )
-        try:
+        if self.client is None:
             result = self.call(inputs, [{}])
-        finally:
-            if tokens is not None:
+        else:
+            name = self.config.name
+            tokens = self._enter_chain(chain if name in chain else (*chain, name))
+            try:
+                result = self.call(inputs, [{}])
+            finally:
                 _leave_calls(tokens)
         t2 = time.perf_counter_ns()
-        outputs = self.config.plan.accept_outputs(result, rows)
-        if outputs is None:
-            outputs = self.check_outputs(result, rows)
+        outputs = self._outputs_of(result, rows)
         return outputs, ExecutionTimes(0, t2 - t1, time.perf_counter_ns() - t2)
 
     async def arun(
@@ -105,7 +100,11 @@ class BatchRunner:
         chain is every request's chain, then this model."""
         chain = dict.fromkeys(name for e in batch for name in e.call_chain)
         chain[self.config.name] = None
-        return CALL_CHAIN.set(tuple(chain)), CURRENT_CLIENT.set(self.client)
+        return self._enter_chain(tuple(chain))
+
+    def _enter_chain(self, chain: tuple[str, ...]) -> tuple[Any, Any]:
+        """Let the model's code call other models, as called from `chain` (ending with it)."""
+        return CALL_CHAIN.set(chain), CURRENT_CLIENT.set(self.client)
 
     def call(
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
@@ -151,10 +150,12 @@ class BatchRunner:
 
     def _split(self, batch: Sequence[PendingRequest], result: Any) -> list[dict[str, Array]]:
         rows = batch[0].rows if len(batch) == 1 else sum(e.rows for e in batch)
+        return split_outputs(batch, self._outputs_of(result, rows))
+
+    def _outputs_of(self, result: Any, rows: int) -> dict[str, Array]:
+        """What the model returned for `rows` rows, checked: one array per declared output."""
         outputs = self.config.plan.accept_outputs(result, rows)  # the common case, fast
-        if outputs is None:
-            outputs = self.check_outputs(result, rows)
-        return split_outputs(batch, outputs)
+        return self.check_outputs(result, rows) if outputs is None else outputs
 
     def check_outputs(self, result: Any, rows: int) -> dict[str, Array]:
         """Hold what the model returned to its declaration; one array per declared output."""
