@@ -8,10 +8,11 @@
 2. The three-step ensemble `minilm` against `minilm_fused` (the same three steps in one
    function), at concurrency 64 (throughput) and 1 (p50); then at concurrency 1 with the two
    taking turns on one connection, so that drift of the machine cancels out of the difference
-   (`--pair-seconds`: the median of ~15 pairs a second, with a bootstrap 95 % interval).
-3. The same pairs in-process, through the runtime without HTTP, each request's own encoder
-   time subtracted: the encoder's jitter (the same work in both) drops out, which leaves the
-   runtime's share of the c=1 difference with an interval a few times narrower.
+   (`--pair-seconds`: the median of ~15 pairs a second, with a bootstrap 95 % interval), each
+   request's own encoder time subtracted (the server runs under minilm_clock.py): the
+   encoder's ~1 ms jitter (the same work in both) drops out, which leaves what serving adds
+   with an interval a few times narrower.
+3. The same pairs in-process, through the runtime without HTTP (the runtime's share).
 Server pinned to one core, h2load (HTTP/1.1 JSON) to the other. The ensemble's encoder and the
 fused function run one ONNX Runtime session (`MINILM_SHARED_SESSION`, examples/minilm/steps.py):
 two sessions in one process differ by about 0.1 ms a call from where their weights landed.
@@ -70,14 +71,19 @@ print(json.dumps(out))
     return {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
 
 
-def alternating(base: str, body: Path, seconds: float, cpu: int) -> tuple[float, ...]:
+def alternating(base: str, body: Path, seconds: float, cpu: int, clock: Path) -> tuple[float, ...]:
     """c=1 over one keep-alive connection, ensemble and fused requests taking turns (the order
-    flipping every pair), so a slow patch of the machine hits both alike: (ensemble p50 ms,
-    fused p50 ms, median of the per-pair differences in ms, its 95 % interval's low and high
-    ends, pairs)."""
+    flipping every pair), so a slow patch of the machine hits both alike; each request's own
+    encoder time (`clock`, written by the server's minilm_clock.py) is subtracted from its
+    latency, which takes the encoder's jitter out of the difference. (ensemble p50 ms, fused
+    p50 ms, median of the per-pair differences in ms, its 95 % interval's low and high ends,
+    pairs, median per-pair difference without the subtraction in ms.)"""
     code = f"""
-import http.client, json, os, random, statistics, time
+import http.client, json, os, random, statistics, sys, time
 os.sched_setaffinity(0, {{{cpu}}})
+sys.path.insert(0, {str(HERE)!r})
+from minilm_clock import last_ns_file, read_last_ns
+clock = last_ns_file({str(clock)!r})
 host, port = {base.removeprefix("http://")!r}.split(":")
 conn = http.client.HTTPConnection(host, int(port))
 body = open({str(body)!r}, "rb").read()
@@ -85,19 +91,21 @@ def once(name):
     start = time.perf_counter()
     conn.request("POST", f"/v2/models/{{name}}/infer", body, {{"Content-Type": "application/json"}})
     response = conn.getresponse(); response.read(); assert response.status == 200
-    return (time.perf_counter() - start) * 1000
+    elapsed = (time.perf_counter() - start) * 1000
+    return elapsed, elapsed - read_last_ns(clock) / 1e6
 times = {{"minilm": [], "minilm_fused": []}}
 end, flip = time.perf_counter() + {seconds}, False
 while time.perf_counter() < end:
     for name in (("minilm", "minilm_fused") if flip else ("minilm_fused", "minilm")):
         times[name].append(once(name))
     flip = not flip
-pairs = [a - b for a, b in zip(times["minilm"][5:], times["minilm_fused"][5:])]
+ens, fused = times["minilm"][5:], times["minilm_fused"][5:]
+pairs = [a[1] - b[1] for a, b in zip(ens, fused)]
 rng = random.Random(0)
 boot = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(1000))
-print(json.dumps([statistics.median(times["minilm"][5:]),
-                  statistics.median(times["minilm_fused"][5:]), statistics.median(pairs),
-                  boot[25], boot[974], len(pairs)]))
+print(json.dumps([statistics.median(t[0] for t in ens), statistics.median(t[0] for t in fused),
+                  statistics.median(pairs), boot[25], boot[974], len(pairs),
+                  statistics.median(a[0] - b[0] for a, b in zip(ens, fused))]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -113,17 +121,11 @@ def runtime_share(seconds: float, cpu: int) -> tuple[float, ...]:
 import asyncio, json, os, random, statistics, sys, time
 os.sched_setaffinity(0, {{{cpu}}})
 sys.path.insert(0, {str(HERE.parent)!r}); sys.path.insert(0, {str(HERE.parent / "runtime")!r})
+sys.path.insert(0, {str(HERE)!r})
 import numpy as np
-import examples.minilm.steps as steps
-encoder_us = []
-encode = steps.MiniLMEncoder.__call__
-def timed(self, INPUT_IDS, ATTENTION_MASK):  # the model's inputs, by name
-    start = time.perf_counter_ns()
-    try:
-        return encode(self, INPUT_IDS, ATTENTION_MASK)
-    finally:
-        encoder_us.append((time.perf_counter_ns() - start) / 1000)
-steps.MiniLMEncoder.__call__ = timed
+import minilm_clock
+encoder_ns = []
+minilm_clock.install(encoder_ns.append)
 from fnserve.config.server import ModelDefaults
 from fnserve.runtime import Runtime
 from fnserve.types import InferInput, InferRequest
@@ -138,10 +140,10 @@ async def main():
                 for n in ("minilm", "minilm_fused")}}
     async def once(name):
         await asyncio.sleep(0)
-        encoder_us.clear()
+        encoder_ns.clear()
         start = time.perf_counter_ns()
         await runtime.infer(requests[name])
-        return (time.perf_counter_ns() - start) / 1000 - encoder_us[0]
+        return (time.perf_counter_ns() - start - encoder_ns[0]) / 1000
     times = {{"minilm": [], "minilm_fused": []}}
     end, flip = time.perf_counter() + {seconds}, False
     while time.perf_counter() < end:
@@ -195,7 +197,10 @@ def main() -> None:
     ], "parameters": {"binary_data_output": True}}  # fmt: skip
     text_doc = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
                             "data": [SENTENCE]}]}  # fmt: skip
-    proc, base = serve_pinned(MODELS, args.server_cpu)
+    clock = Path(tempfile.mkstemp(prefix="minilm-encoder-ns-")[1])
+    proc, base = serve_pinned(
+        MODELS, args.server_cpu, entry=(str(HERE / "minilm_clock.py"), str(clock))
+    )
     try:
         time.sleep(1)
         ids_body, text_body = _body(ids_doc), _body(text_doc)
@@ -209,13 +214,16 @@ def main() -> None:
             print(f"c={clients}: ensemble {steps[0]:.0f} req/s p50 {steps[1]:.2f} ms, fused "
                   f"{fused[0]:.0f} req/s p50 {fused[1]:.2f} ms: {steps[0] / fused[0]:.1%} of "
                   f"fused, p50 {1000 * (steps[1] - fused[1]):+.0f} us")  # fmt: skip
-        paired = alternating(base, text_body, args.pair_seconds, args.client_cpu)
+        paired = alternating(base, text_body, args.pair_seconds, args.client_cpu, clock)
         print(f"c=1 alternating, {paired[5]} pairs: ensemble p50 {paired[0]:.2f} ms, fused p50 "
-              f"{paired[1]:.2f} ms, median paired difference {1000 * paired[2]:+.0f} us "
-              f"(95 % interval {1000 * paired[3]:+.0f} to {1000 * paired[4]:+.0f} us)")  # fmt: skip
+              f"{paired[1]:.2f} ms; median paired difference, each request's encoder time "
+              f"subtracted: {1000 * paired[2]:+.0f} us (95 % interval {1000 * paired[3]:+.0f} "
+              f"to {1000 * paired[4]:+.0f} us); without the subtraction "
+              f"{1000 * paired[6]:+.0f} us")  # fmt: skip
     finally:
         proc.terminate()
         proc.wait(30)
+        clock.unlink()
     share = runtime_share(args.pair_seconds, args.server_cpu)
     print(f"c=1 in-process, encoder time subtracted, {share[5]} pairs: ensemble {share[0]:.2f} "
           f"ms, fused {share[1]:.2f} ms, median paired difference {1000 * share[2]:+.0f} us "

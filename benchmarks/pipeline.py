@@ -33,11 +33,12 @@ _ENDPOINT = re.compile(r"^\s+HTTP\s+http://([\d.]+):(\d+)")
 
 
 def serve_pinned(
-    models: Sequence[Path], cpu: int, *flags: str
+    models: Sequence[Path], cpu: int, *flags: str, entry: Sequence[str] = ("-m", "fnserve")
 ) -> tuple[subprocess.Popen[str], str]:
-    """`fnserve serve MODELS... FLAGS...` on core `cpu`; the process and its HTTP base URL."""
+    """`fnserve serve MODELS... FLAGS...` on core `cpu`; the process and its HTTP base URL.
+    `entry`: what follows the interpreter instead of `-m fnserve` (a wrapper script)."""
     command = [
-        "taskset", "-c", str(cpu), sys.executable, "-m", "fnserve", "serve",
+        "taskset", "-c", str(cpu), sys.executable, *entry, "serve",
         *map(str, models), "--http-port", "0", "--grpc-port", "0",
         "--metrics-port", "0", "--log-level", "warning", *flags,
     ]  # fmt: skip

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -43,14 +43,19 @@ class ServerProcess:
 
     @classmethod
     def start(
-        cls, *args: str | Path, env: dict[str, str] | None = None, timeout_s: float = 60
+        cls,
+        *args: str | Path,
+        env: dict[str, str] | None = None,
+        timeout_s: float = 60,
+        entry: Sequence[str] = ("-m", "fnserve"),
     ) -> ServerProcess:
         """Start `fnserve serve ARGS` on free ports; returns once the summary is printed.
+        `entry`: what follows the interpreter instead of `-m fnserve` (a wrapper script).
 
         Raises:
             RuntimeError: the server exited or printed no endpoints within `timeout_s`.
         """
-        command = [sys.executable, "-m", "fnserve", "serve", *map(str, args)]
+        command = [sys.executable, *entry, "serve", *map(str, args)]
         for flag in ("--http-port", "--grpc-port", "--metrics-port"):
             if flag not in command:
                 command += [flag, "0"]

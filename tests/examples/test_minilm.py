@@ -6,10 +6,12 @@ concurrent requests. The .pt2 encoder: test_minilm_torch.py."""
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -141,3 +143,23 @@ def test_related_sentences_are_closer_than_unrelated_ones(
         ],
     )
     assert float(food @ bread) > float(food @ violin) + 0.2
+
+
+@pytest.mark.e2e
+def test_the_benchmarks_encoder_clock_serves_and_keeps_the_last_encoder_time(
+    tmp_path: Path,
+) -> None:
+    """benchmarks/minilm.py takes each request's own encoder time out of its c=1 pairs: the
+    server, run under benchmarks/minilm_clock.py, serves as `fnserve serve` does and leaves the
+    last encoder call's duration (int64 ns) in a file, read after each answer."""
+    clock = tmp_path / "encoder-ns"
+    wrapper = (str(ROOT / "benchmarks" / "minilm_clock.py"), str(clock))
+    with ServerProcess.start(PIPELINE, entry=wrapper, timeout_s=180) as server:
+        (embedding,) = http_embed(server, "minilm", ["The clock times the encoder."])
+        (encoder_ns,) = struct.unpack("q", clock.read_bytes())
+        stats = httpx.get(f"{server.http}/v2/models/minilm_encoder/stats").json()
+    compute = stats["model_stats"][0]["inference_stats"]["compute_infer"]
+    assert compute["count"] == 1  # this request's call alone (warmup is not counted)
+    assert 0 < encoder_ns <= compute["ns"]  # the model call, inside the execution's time
+    assert embedding.shape == (384,)
+    assert abs(float(embedding @ embedding) - 1) < 1e-5  # served as ever: L2-normalised
