@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -81,15 +81,30 @@ def _pending(server: RunningServer, name: str) -> int:
     return next(s.pending for s in stats if s.name == name)
 
 
+def _queued(server: RunningServer, name: str) -> int:
+    loaded = server.runtime.registry.resolve(name, "", True).loaded
+    assert loaded is not None
+    return loaded.scheduler.queued()
+
+
+def _wait_until(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not done():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
 def _fill(
     server: RunningServer, name: str, count: int, pool: ThreadPoolExecutor
 ) -> list[Future[httpx.Response]]:
-    """Start `count` requests and wait until the server holds them all."""
-    futures = [pool.submit(_post, server, name) for _ in range(count)]
-    deadline = time.monotonic() + 10
-    while _pending(server, name) < count:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    """Start `count` requests, one running and the rest queued behind it, and wait until the
+    server holds them all. The first runs before the others are sent: arriving together, they
+    could all be queued before the scheduler's turn takes the first out, and the bound would
+    refuse one that the test means to queue."""
+    futures = [pool.submit(_post, server, name)]
+    _wait_until(lambda: _pending(server, name) == 1 and _queued(server, name) == 0)
+    futures += [pool.submit(_post, server, name) for _ in range(count - 1)]
+    _wait_until(lambda: _pending(server, name) == count)
     return futures
 
 
