@@ -76,6 +76,7 @@ class ServerProcess:
             proc.kill()
             proc.wait(10)
             log.append(proc.stderr.read())
+            proc.stderr.close()
             raise RuntimeError(f"server did not start (exit {proc.returncode}):\n{''.join(log)}")
         server = cls(proc, endpoints["HTTP"], endpoints["gRPC"], endpoints["metrics"], log)
         # Keep draining stderr so the server never blocks on a full pipe.
@@ -84,8 +85,9 @@ class ServerProcess:
 
     def _drain(self) -> None:
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.log.append(line)
+        with self.proc.stderr:  # closed at the end: left open, the pipe warns when collected
+            for line in self.proc.stderr:
+                self.log.append(line)
 
     @property
     def host(self) -> str:

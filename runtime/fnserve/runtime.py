@@ -75,6 +75,7 @@ EXTENSIONS = (
     "model_configuration",
     "statistics",
     "model_repository",
+    "model_repository(unload_dependents)",
     "binary_tensor_data",
     "parameters",
     "schedule_policy",
@@ -285,10 +286,36 @@ class Runtime:
         this fails with the reason and the old code keeps serving.
         Loads and unloads of one name run one after the other, in the order asked.
 
+        An ensemble's step models that are not serving are loaded first, as Triton loads the
+        models composing an ensemble with it; one that fails fails the ensemble's load.
+
         Raises:
-            RepositoryError: unknown model, its file fails to import, or a version failed to
-                load.
+            RepositoryError: unknown model, its file fails to import, or a version (or a step
+                model of an ensemble) failed to load.
         """
+        await self._load_steps(name, (name,))
+        await self._load_versions(name)
+
+    async def _load_steps(self, name: str, chain: tuple[str, ...]) -> None:
+        """Load the step models of ensemble `name` (and theirs) that are not serving; `chain`:
+        the ensembles whose steps these are (a step among them is a cycle: skipped, the
+        ensemble's own checks report it)."""
+        for step in sorted(self._steps_of(name)):
+            if step in chain or step not in self.registry:
+                continue
+            if any(h.ready for h in self.registry.versions(step)):
+                continue
+            try:
+                await self._load_steps(step, (*chain, step))
+                await self._load_versions(step)
+            except (RepositoryError, MemoryBudgetError) as exc:
+                raise RepositoryError(
+                    f"failed to load '{name}': its step model '{step}' failed to load: "
+                    f"{exc.message}"
+                ) from exc
+
+    async def _load_versions(self, name: str) -> None:
+        """`load_model` for `name` itself."""
         async with self.registry.lock(name):
             specs = await self._refresh(name) if self._source is not None else None
             if name not in self.registry:
@@ -358,14 +385,40 @@ class Runtime:
         self, name: str, unload_dependents: bool = False, drain_timeout_s: float | None = None
     ) -> None:
         """Unload every version of `name`; an unknown name is not an error (as in Triton).
+        With `unload_dependents`, an ensemble's step models go too (and theirs), except those
+        another serving ensemble still uses, as Triton's `unload_dependents` does.
 
         Requests still running after `drain_timeout_s` (default: the server's
         `--shutdown-timeout`) fail with UnavailableError; a stuck instance is abandoned.
         """
-        del unload_dependents  # fnserve has no ensembles yet, so nothing depends on a model
+        await self._unload(name, (name,) if unload_dependents else None, drain_timeout_s)
+
+    async def _unload(
+        self, name: str, chain: tuple[str, ...] | None, drain_timeout_s: float | None
+    ) -> None:
+        """Unload `name`, then (with a `chain`: the ensembles unloaded so far down to it) its
+        step models that no serving ensemble uses."""
+        steps = self._steps_of(name) if chain is not None else set()
         async with self.registry.lock(name):
             for handle in self.registry.versions(name):
                 await handle.unload(drain_timeout_s)
+        for step in sorted(steps):
+            if chain is not None and step not in chain and not self._used_by_serving_ensemble(step):
+                await self._unload(step, (*chain, step), drain_timeout_s)
+
+    def _steps_of(self, name: str) -> set[str]:
+        """The models the steps of ensemble `name` call (any version; none for a model)."""
+        return {
+            step.model_name
+            for handle in self.registry.versions(name)
+            for step in handle.spec.config.ensemble
+        }
+
+    def _used_by_serving_ensemble(self, name: str) -> bool:
+        return any(
+            handle.ready and any(s.model_name == name for s in handle.spec.config.ensemble)
+            for handle in self.registry.handles()
+        )
 
     # -- inference -----------------------------------------------------------------------
 

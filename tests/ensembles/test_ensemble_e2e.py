@@ -98,3 +98,38 @@ def test_a_missing_step_model_fails_the_request_naming_it(tmp_path: Path) -> Non
         with pytest.raises(Exception, match="step 0 \\('add_one'\\) failed: unknown model"):
             http.infer("add_two", [tensor])
         assert server.stop() == 0
+
+
+def test_explicit_loads_bring_an_ensembles_steps_and_unload_dependents_takes_them(
+    tmp_path: Path,
+) -> None:
+    """As in Triton: loading an ensemble loads its step models; unloading it with
+    `unload_dependents` unloads them too, except those another serving ensemble still uses."""
+    add_one(tmp_path / "add_one" / "1" / "model.onnx")
+    for name in ("add_two", "add_two_again"):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "config.pbtxt").write_text(ADD_TWO)
+    args = (tmp_path, "--model-control-mode", "explicit", "--load-model", "add_two")
+    with ServerProcess.start(*args) as server:
+        http = httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+        grpc = grpcclient.InferenceServerClient(server.grpc)
+
+        def ready() -> set[str]:
+            return {e["name"] for e in http.get_model_repository_index() if e["state"] == "READY"}
+
+        assert "model_repository(unload_dependents)" in http.get_server_metadata()["extensions"]
+        assert ready() == {"add_two", "add_one"}  # the step came with its ensemble
+        tensor = httpclient.InferInput("IN", [1, 4], "FP32")
+        tensor.set_data_from_numpy(np.zeros((1, 4), np.float32))
+        np.testing.assert_array_equal(http.infer("add_two", [tensor]).as_numpy("OUT"), [[2] * 4])
+
+        http.load_model("add_two_again")
+        http.unload_model("add_two", unload_dependents=True)
+        assert ready() == {"add_two_again", "add_one"}  # add_one: add_two_again still uses it
+        grpc.unload_model("add_two_again", unload_dependents=True)
+        assert ready() == set()  # the last ensemble using it took it along
+
+        http.load_model("add_two")  # brings add_one back
+        http.unload_model("add_two")  # without unload_dependents: the step stays
+        assert ready() == {"add_one"}
+        assert server.stop() == 0
