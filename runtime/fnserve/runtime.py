@@ -300,7 +300,7 @@ class Runtime:
         """Load the step models of ensemble `name` (and theirs) that are not serving; `chain`:
         the ensembles whose steps these are (a step among them is a cycle: skipped, the
         ensemble's own checks report it)."""
-        for step in sorted(self._steps_of(name)):
+        for step in sorted(self.registry.steps_of(name)):
             if step in chain or step not in self.registry:
                 continue
             if any(h.ready for h in self.registry.versions(step)):
@@ -398,27 +398,14 @@ class Runtime:
     ) -> None:
         """Unload `name`, then (with a `chain`: the ensembles unloaded so far down to it) its
         step models that no serving ensemble uses."""
-        steps = self._steps_of(name) if chain is not None else set()
         async with self.registry.lock(name):
             for handle in self.registry.versions(name):
                 await handle.unload(drain_timeout_s)
-        for step in sorted(steps):
-            if chain is not None and step not in chain and not self._used_by_serving_ensemble(step):
+        if chain is None:
+            return
+        for step in sorted(self.registry.steps_of(name)):
+            if step not in chain and not self.registry.used_by_serving_ensemble(step):
                 await self._unload(step, (*chain, step), drain_timeout_s)
-
-    def _steps_of(self, name: str) -> set[str]:
-        """The models the steps of ensemble `name` call (any version; none for a model)."""
-        return {
-            step.model_name
-            for handle in self.registry.versions(name)
-            for step in handle.spec.config.ensemble
-        }
-
-    def _used_by_serving_ensemble(self, name: str) -> bool:
-        return any(
-            handle.ready and any(s.model_name == name for s in handle.spec.config.ensemble)
-            for handle in self.registry.handles()
-        )
 
     # -- inference -----------------------------------------------------------------------
 

@@ -60,6 +60,17 @@ class ModelRegistry:
         """The handles of `name`, by version number (empty when unknown)."""
         return self._ordered.get(name, [])
 
+    def steps_of(self, name: str) -> set[str]:
+        """The models the steps of ensemble `name` call (any version; none for a model)."""
+        return {step.model_name for h in self.versions(name) for step in h.spec.config.ensemble}
+
+    def used_by_serving_ensemble(self, name: str) -> bool:
+        """Whether a serving ensemble has a step that calls `name`."""
+        return any(
+            h.ready and any(step.model_name == name for step in h.spec.config.ensemble)
+            for h in self.handles()
+        )
+
     def lock(self, name: str) -> asyncio.Lock:
         """The lock name-level operations on `name` hold."""
         lock = self._locks.get(name)
