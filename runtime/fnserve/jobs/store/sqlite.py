@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TypeVar
@@ -68,7 +69,7 @@ class SQLiteJobStore:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            db.execute("PRAGMA journal_mode = WAL")
+            _enter_wal(db, self._busy_timeout_ms / 1000)
             db.execute("PRAGMA synchronous = FULL")
             migrate(db)
         except BaseException:
@@ -358,3 +359,19 @@ def _counts(db: sqlite3.Connection) -> builtins.list[ModelJobCounts]:
         (_QUEUED, _QUEUED),
     ).fetchall()
     return counts_from_rows(rows)
+
+
+def _enter_wal(db: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch the database to WAL, retrying within `timeout_s` while it is locked: the switch
+    needs the file to itself, and SQLite answers "database is locked" at once instead of
+    calling the busy handler when other connections are opening the same new file (seen with
+    six stores opening one new database together)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)

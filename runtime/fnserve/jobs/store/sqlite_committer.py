@@ -71,6 +71,10 @@ class SQLiteCommitter:
             await asyncio.to_thread(self._thread.join)
 
     def _main(self) -> None:
+        # Running from here on: `start`'s future can no longer be cancelled under the result
+        # (a caller that gave up before this point leaves nothing to connect).
+        if not self._started.set_running_or_notify_cancel():
+            return
         try:
             db = self._connect()
         except BaseException as exc:
