@@ -5,6 +5,7 @@ log until a fixed edit reloads."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,6 +76,14 @@ BROKEN = {
 }
 
 
+def _save(path: Path, text: str) -> None:
+    """Write `path` as an editor's save does, in one step (a new file renamed over it): a plain
+    write truncates first, and a reload that catches the empty file unloads the model."""
+    temporary = path.with_name(path.name + ".saving")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
 def _answer(server: ServerProcess, name: str = "plus") -> float | None:
     body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
     response = httpx.post(f"{server.http}/v2/models/{name}/infer", json=body, timeout=30)
@@ -128,7 +137,7 @@ def test_edits_under_load_serve_the_new_code_with_no_failed_request(
 ) -> None:
     with LoadLoop(server, "plus", np.ones(1)) as load:
         for n in (10, 100, 1000):
-            plus.write_text(SOURCE.format(n=n))
+            _save(plus, SOURCE.format(n=n))
             wait_until(_latest_is(load, 1.0 + n), f"OFFSET {n} answers")
         time.sleep(0.2)  # a little traffic on the last code
     assert load.failures == []
@@ -141,16 +150,16 @@ def test_a_reload_starts_from_a_fresh_module(plus: Path, server: ServerProcess) 
     before = _answer(server, "calls")
     assert before is not None
     assert before >= 1002.0  # one module, two calls or more
-    plus.write_text(SOURCE.format(n=2))
+    _save(plus, SOURCE.format(n=2))
     wait_until(lambda: _answer(server) == 3.0, "the edited code answers")
     assert _answer(server, "calls") == 1001.0  # the first call of the new module, alone
 
 
 def test_models_added_to_and_removed_from_a_file(plus: Path, server: ServerProcess) -> None:
-    plus.write_text(SOURCE.format(n=5) + EXTRA)
+    _save(plus, SOURCE.format(n=5) + EXTRA)
     wait_until(lambda: _answer(server, "minus") == -4.0, "the added model serves")
     assert _answer(server) == 6.0
-    plus.write_text(SOURCE.format(n=5))
+    _save(plus, SOURCE.format(n=5))
     wait_until(lambda: "minus" not in _index(server), "the removed model is unloaded")
     assert _answer(server, "minus") is None
     wait_until(lambda: "reload: model 'minus' unloaded" in server.output(), "the log says so")
@@ -160,7 +169,7 @@ def test_a_new_file_loads_and_a_deleted_file_unloads(
     plus: Path, folder: Path, server: ServerProcess
 ) -> None:
     other = folder / "other.py"
-    other.write_text(OTHER)
+    _save(other, OTHER)
     wait_until(lambda: _answer(server, "other") == 3.0, "the new file's model serves")
     wait_until(lambda: "reload: model 'other' loaded" in server.output(), "the log says so")
     other.unlink()
@@ -175,14 +184,14 @@ def test_a_broken_edit_keeps_the_old_code_serving(
 ) -> None:
     source, fragment = BROKEN[kind]
     with LoadLoop(server, "plus", np.ones(1)) as load:
-        plus.write_text(source)
+        _save(plus, source)
         wait_until(lambda: fragment in _index(server)["plus"].get("reason", ""), "the reason shows")
         row = _index(server)["plus"]
         assert row["state"] == "READY"  # as Triton: the previous version keeps serving
         assert row["reason"].startswith("the last change failed to load")
         assert _answer(server) == 2.0
         wait_until(lambda: "failed to reload" in server.output(), "the log says so")
-        plus.write_text(SOURCE.format(n=7))  # the fix
+        _save(plus, SOURCE.format(n=7))  # the fix
         wait_until(lambda: load.latest() == 8.0, "the fixed code answers")
     assert load.failures == []
     assert "reason" not in _index(server)["plus"] or not _index(server)["plus"]["reason"]
