@@ -112,11 +112,12 @@ print(json.dumps([statistics.median(t[0] for t in ens), statistics.median(t[0] f
 
 
 def runtime_share(seconds: float, cpu: int) -> tuple[float, ...]:
-    """c=1 in-process (no HTTP, which both pay alike), ensemble and fused requests taking turns
-    through `Runtime.infer`, each request's own encoder time subtracted: the encoder's run to
-    run jitter (~1 ms on this host, the same work in both) then drops out of the difference,
-    which leaves the runtime's share with a narrow interval. (ensemble ms, fused ms, median
-    paired difference ms, its 95 % interval's ends, pairs), times without the encoder."""
+    """c=1 in-process (no HTTP, which both pay alike) on the server's event loop (uvloop),
+    ensemble and fused requests taking turns through `Runtime.infer`, each request's own
+    encoder time subtracted: the encoder's run to run jitter (~1 ms on this host, the same
+    work in both) then drops out of the difference, which leaves the runtime's share with a
+    narrow interval. (ensemble ms, fused ms, median paired difference ms, its 95 % interval's
+    ends, pairs), times without the encoder."""
     code = f"""
 import asyncio, json, os, random, statistics, sys, time
 os.sched_setaffinity(0, {{{cpu}}})
@@ -157,7 +158,11 @@ async def main():
     boot = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(1000))
     print(json.dumps([x / 1000 for x in (statistics.median(ens), statistics.median(fused),
                       statistics.median(pairs), boot[25], boot[974])] + [len(pairs)]))
-asyncio.run(main())
+try:  # the server's event loop
+    from uvloop import run
+except ImportError:
+    from asyncio import run
+run(main())
 """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # Only stdout is captured: the child's errors reach the terminal as they are.

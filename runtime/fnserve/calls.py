@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -41,17 +42,37 @@ CURRENT_CLIENT: contextvars.ContextVar[ModelClient | None] = contextvars.Context
     "fnserve_model_client", default=None
 )
 
-# Set while a batch runs on the event loop's thread (`scheduling/inline.py`): a synchronous
-# call from there must move the batch to its own thread instead of failing.
-RUNNING_INLINE: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "fnserve_running_inline", default=False
-)
+
+class _InlineRun(threading.local):
+    """Whether a model's batch is running inline on this thread (the event loop's, see
+    `scheduling/inline.py`): a call to another model from there must move the batch to its
+    own thread instead of failing. Per thread, so a model's own thread never sees the flag the
+    loop's thread sets. A plain flag rather than a context variable: it is set and reset
+    around every inline batch, where the ContextVar's set and reset cost more (each builds a
+    new context mapping), and nothing awaits in between that would need a context."""
+
+    active = False
+
+
+INLINE_RUN = _InlineRun()
 
 
 class NeedsOwnThread(BaseException):
     """A synchronous model call made from a batch run inline. A BaseException, so the model's
     own `except Exception` and the runner's error wrapping let it through to the instance,
     which reruns the batch on the model's thread."""
+
+
+def current_client() -> ModelClient | None:
+    """The client of the model executing on this thread or task; None outside a model.
+
+    Raises:
+        NeedsOwnThread: the model runs inline (where the calls it makes cannot wait): its
+            batch moves to its own thread, where the call then runs.
+    """
+    if INLINE_RUN.active:
+        raise NeedsOwnThread
+    return CURRENT_CLIENT.get()
 
 
 class ModelClient:
@@ -117,7 +138,7 @@ class ModelClient:
         except RuntimeError:
             running = None
         if running is self._loop:
-            if RUNNING_INLINE.get():  # a short model run inline: move it to its thread
+            if INLINE_RUN.active:  # a short model run inline: move it to its thread
                 raise NeedsOwnThread
             raise RuntimeError(
                 "infer_blocking() was called on the event loop: in an async model use "
@@ -128,7 +149,7 @@ class ModelClient:
 
 
 def _client() -> ModelClient:
-    client = CURRENT_CLIENT.get()
+    client = current_client()
     if client is None:
         raise InvalidInputError(
             "fnserve.infer() calls other models from inside a model served by fnserve; here no "

@@ -440,7 +440,7 @@ class Runtime:
             return None
         start_ns = time.perf_counter_ns()
         try:
-            answer = loaded.direct.try_run(inputs, call_chain)
+            answer = loaded.direct.try_run(inputs)
         except BaseException as exc:
             loaded.stats.record_failure(_failure_reason(exc), time.perf_counter_ns() - start_ns)
             raise
@@ -481,7 +481,7 @@ class Runtime:
                 and not (background or request.parameters)
                 and (request.outputs is None or loaded.config.plan.knows_outputs(request.outputs))
             ):
-                outputs = direct.try_run(request.inputs, request.call_chain)
+                outputs = direct.try_run(request.inputs)
             if outputs is None:
                 entry = prepare(loaded.config, request, background)
                 running = loaded.scheduler.execute(entry)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import textwrap
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from fnserve.backends.base import ModelFileSpec
 from fnserve.backends.registry import factory_for
 from fnserve.calls import CURRENT_CLIENT, ModelClient
 from fnserve.config.model_config import InstanceGroup, ModelConfig, Tensor
+from fnserve.config.server import ModelDefaults
 from fnserve.errors import ModelExecutionError
 from fnserve.model import InstanceContext
 from fnserve.repository.source import ModelSource
@@ -312,3 +314,67 @@ async def test_cancelling_an_async_execute_cancels_its_calls(tmp_path: Path, mod
         CURRENT_CLIENT.reset(token)
     assert parked.cancelled == 2
     assert all(call.cancelled() for call in backend.model.calls)
+
+
+# Short, so it runs inline on the loop's thread after a streak, until an input >= 100 makes it
+# call `double` through BLS `exec()`; answers Y and the thread it ran on.
+SOMETIMES_CALLS = """
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if (x >= 100).any():
+                call = pb_utils.InferenceRequest(
+                    model_name="double", requested_output_names=["Y"],
+                    inputs=[pb_utils.Tensor("X", x)],
+                )
+                y = pb_utils.get_output_tensor_by_name(call.exec(), "Y").as_numpy()
+            else:
+                y = x + 4
+            thread = np.full(x.shape, threading.current_thread().name.encode(), object)
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", y), pb_utils.Tensor("THREAD", thread)]
+            ))
+        return responses
+"""
+SOMETIMES_CALLS_CONFIG = f"""backend: "python"
+max_batch_size: 16
+{X}
+output [
+  {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }},
+  {{ name: "THREAD" data_type: TYPE_STRING dims: [ 1 ] }}
+]
+"""
+
+
+async def test_an_inline_model_calling_through_bls_moves_to_its_thread(tmp_path: Path) -> None:
+    write_model(tmp_path, "double", DOUBLE_CONFIG, DOUBLE)
+    write_model(tmp_path, "sometimes_calls", SOMETIMES_CALLS_CONFIG, SOMETIMES_CALLS)
+    found = ModelSource([tmp_path]).scan()
+    assert not found.failures
+    served = Runtime(found.definitions)
+    await served.start(ModelDefaults(inline_us=100_000.0))  # generous: CI machines are slow
+    loop_thread = threading.current_thread().name.encode()
+
+    async def call(x: float) -> tuple[float, bytes]:
+        out = await _call(served, "sometimes_calls", [x])
+        return float(out["Y"][0, 0]), out["THREAD"][0, 0]
+
+    try:
+        for i in range(12):
+            assert (await call(i))[0] == i + 4
+        assert (await call(1))[1] == loop_thread  # inline after the streak
+        # Inline, `exec()` cannot wait on the loop it runs on: the request reruns on the
+        # model's thread, where the call is made, and the model stays there.
+        assert await call(100) == (200.0, b"sometimes_calls-0")
+        for i in range(12):
+            assert (await call(i))[1] != loop_thread
+    finally:
+        await served.aclose()

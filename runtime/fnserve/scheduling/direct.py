@@ -44,13 +44,11 @@ class DirectLane:
         self._scheduler = scheduler
         self._pool = pool
 
-    def try_run(
-        self, tensors: Iterable[tuple[str, str, Array]], chain: tuple[str, ...]
-    ) -> dict[str, Array] | None:
-        """The outputs of running the request made of `tensors` (called from the models in
-        `chain`), or None when it cannot run here now: then nothing ran, except for a model
-        that turned out to call another one synchronously (its code up to that call, which
-        reruns on its thread, as inline.py says).
+    def try_run(self, tensors: Iterable[tuple[str, str, Array]]) -> dict[str, Array] | None:
+        """The outputs of running the request made of `tensors`, or None when it cannot run
+        here now: then nothing ran, except for a model that turned out to call another one
+        (its code up to that call, which reruns on its thread with the call chain, as
+        inline.py says).
 
         Raises:
             FnserveError: the model failed (ModelExecutionError, OutOfMemoryError, ...).
@@ -63,7 +61,7 @@ class DirectLane:
             return None
         inputs, rows, _ = accepted
         try:
-            outputs, times = instance.run_inline_one(inputs, rows, chain)
+            outputs, times = instance.run_inline_one(inputs, rows)
         except NeedsOwnThread:  # it calls models synchronously: the normal way, on its thread
             self._pool.release(instance)
             return None

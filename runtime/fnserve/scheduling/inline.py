@@ -21,13 +21,13 @@ code before that call runs twice, once) and the model stays on its thread from t
 
 from __future__ import annotations
 
-from fnserve.calls import RUNNING_INLINE, NeedsOwnThread
+from fnserve.calls import INLINE_RUN, NeedsOwnThread
 from fnserve.config.model_config import ModelConfig
 from fnserve.errors import ModelConfigError
 
 PARAMETER = "inline_max_us"
 
-__all__ = ["PARAMETER", "RUNNING_INLINE", "InlinePolicy", "NeedsOwnThread", "inline_limit_ns"]
+__all__ = ["INLINE_RUN", "PARAMETER", "InlinePolicy", "NeedsOwnThread", "inline_limit_ns"]
 
 
 class InlinePolicy:

@@ -61,25 +61,6 @@ class BatchRunner:
         finally:
             _leave_calls(tokens)
 
-    def run_one(
-        self, inputs: dict[str, Array], rows: int, chain: tuple[str, ...]
-    ) -> tuple[dict[str, Array], ExecutionTimes]:
-        """`run` for one request without parameters, already checked (`TensorPlan`), called
-        from `chain`: the direct lane's (see direct.py), with nothing to merge or split."""
-        t1 = time.perf_counter_ns()
-        if self.client is None:
-            result = self.call(inputs, [{}])
-        else:
-            name = self.config.name
-            tokens = self._enter_chain(chain if name in chain else (*chain, name))
-            try:
-                result = self.call(inputs, [{}])
-            finally:
-                _leave_calls(tokens)
-        t2 = time.perf_counter_ns()
-        outputs = self._outputs_of(result, rows)
-        return outputs, ExecutionTimes(0, t2 - t1, time.perf_counter_ns() - t2)
-
     async def arun(
         self, batch: Sequence[PendingRequest]
     ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
@@ -100,11 +81,7 @@ class BatchRunner:
         chain is every request's chain, then this model."""
         chain = dict.fromkeys(name for e in batch for name in e.call_chain)
         chain[self.config.name] = None
-        return self._enter_chain(tuple(chain))
-
-    def _enter_chain(self, chain: tuple[str, ...]) -> tuple[Any, Any]:
-        """Let the model's code call other models, as called from `chain` (ending with it)."""
-        return CALL_CHAIN.set(chain), CURRENT_CLIENT.set(self.client)
+        return CALL_CHAIN.set(tuple(chain)), CURRENT_CLIENT.set(self.client)
 
     def call(
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
@@ -150,9 +127,9 @@ class BatchRunner:
 
     def _split(self, batch: Sequence[PendingRequest], result: Any) -> list[dict[str, Array]]:
         rows = batch[0].rows if len(batch) == 1 else sum(e.rows for e in batch)
-        return split_outputs(batch, self._outputs_of(result, rows))
+        return split_outputs(batch, self.outputs_of(result, rows))
 
-    def _outputs_of(self, result: Any, rows: int) -> dict[str, Array]:
+    def outputs_of(self, result: Any, rows: int) -> dict[str, Array]:
         """What the model returned for `rows` rows, checked: one array per declared output."""
         outputs = self.config.plan.accept_outputs(result, rows)  # the common case, fast
         return self.check_outputs(result, rows) if outputs is None else outputs

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fnserve.calls import CURRENT_CLIENT, ModelClient
+from fnserve.calls import ModelClient, current_client
 from fnserve.errors import FnserveError
 from fnserve.types import Array, ParamValue
 
@@ -159,7 +159,7 @@ def parameters_of(text: str, timeout_us: int) -> dict[str, ParamValue]:
 
 
 def _client() -> ModelClient:
-    client = CURRENT_CLIENT.get()
+    client = current_client()
     if client is None:
         raise UsageError(
             "BLS is only supported during the 'execute' function (on the thread or event "
