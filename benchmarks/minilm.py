@@ -8,10 +8,13 @@
 2. The three-step ensemble `minilm` against `minilm_fused` (the same three steps in one
    function), at concurrency 64 (throughput) and 1 (p50); then at concurrency 1 with the two
    taking turns on one connection, so that drift of the machine cancels out of the difference
-   (`--pair-seconds`: the median of ~15 pairs a second, with a bootstrap 95 % interval), each
+   (the median of ~15 pairs a second, with a bootstrap 95 % interval), each
    request's own encoder time subtracted (the server runs under minilm_clock.py): the
    encoder's ~1 ms jitter (the same work in both) drops out, which leaves what serving adds
-   with an interval a few times narrower.
+   with an interval a few times narrower. The pairs run on `--pair-servers` servers started
+   afresh (`--pair-seconds` shared among them): the difference moves by about +-20 us from one
+   server process to the next, more than one run's interval; the mean of their medians is
+   the figure.
 3. The same pairs in-process, through the runtime without HTTP (the runtime's share).
 Server pinned to one core, h2load (HTTP/1.1 JSON) to the other. The ensemble's encoder and the
 fused function run one ONNX Runtime session (`MINILM_SHARED_SESSION`, examples/minilm/steps.py):
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -172,6 +176,21 @@ run(main())
     return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def fresh_server_pairs(body: Path, seconds: float, args: argparse.Namespace) -> tuple[float, ...]:
+    """`alternating` against a server started for it, under minilm_clock.py."""
+    clock = Path(tempfile.mkstemp(prefix="minilm-encoder-ns-")[1])
+    proc, base = serve_pinned(
+        MODELS, args.server_cpu, entry=(str(HERE / "minilm_clock.py"), str(clock))
+    )
+    try:
+        time.sleep(1)
+        return alternating(base, body, seconds, args.client_cpu, clock)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        clock.unlink()
+
+
 def _body(doc: Mapping[str, Any]) -> Path:
     file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
     json.dump(doc, file)
@@ -184,7 +203,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
-    parser.add_argument("--pair-seconds", type=float, default=90.0)
+    parser.add_argument("--pair-seconds", type=float, default=90.0, help="in all")
+    parser.add_argument("--pair-servers", type=int, default=3)
     args = parser.parse_args()
     os.environ[SHARED_SESSION_ENV] = "1"  # the server's encoder and fused function: one session
     rates = inprocess(args.server_cpu)
@@ -202,13 +222,10 @@ def main() -> None:
     ], "parameters": {"binary_data_output": True}}  # fmt: skip
     text_doc = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
                             "data": [SENTENCE]}]}  # fmt: skip
-    clock = Path(tempfile.mkstemp(prefix="minilm-encoder-ns-")[1])
-    proc, base = serve_pinned(
-        MODELS, args.server_cpu, entry=(str(HERE / "minilm_clock.py"), str(clock))
-    )
+    ids_body, text_body = _body(ids_doc), _body(text_doc)
+    proc, base = serve_pinned(MODELS, args.server_cpu)
     try:
         time.sleep(1)
-        ids_body, text_body = _body(ids_doc), _body(text_doc)
         url = f"{base}/v2/models/%s/infer"
         served, _ = h2load(url % "minilm_encoder", ids_body, 64, args.seconds, args.client_cpu)
         print(f"encoder served at c=64: {served:.0f} rows/s = {served / rates[best]:.1%} of the "
@@ -219,16 +236,22 @@ def main() -> None:
             print(f"c={clients}: ensemble {steps[0]:.0f} req/s p50 {steps[1]:.2f} ms, fused "
                   f"{fused[0]:.0f} req/s p50 {fused[1]:.2f} ms: {steps[0] / fused[0]:.1%} of "
                   f"fused, p50 {1000 * (steps[1] - fused[1]):+.0f} us")  # fmt: skip
-        paired = alternating(base, text_body, args.pair_seconds, args.client_cpu, clock)
-        print(f"c=1 alternating, {paired[5]} pairs: ensemble p50 {paired[0]:.2f} ms, fused p50 "
-              f"{paired[1]:.2f} ms; median paired difference, each request's encoder time "
-              f"subtracted: {1000 * paired[2]:+.0f} us (95 % interval {1000 * paired[3]:+.0f} "
-              f"to {1000 * paired[4]:+.0f} us); without the subtraction "
-              f"{1000 * paired[6]:+.0f} us")  # fmt: skip
     finally:
         proc.terminate()
         proc.wait(30)
-        clock.unlink()
+    # Servers started afresh differ by about +-20 us in this difference (where the process's
+    # objects landed), more than one run's interval: the pairs run on several.
+    medians = []
+    for server in range(1, args.pair_servers + 1):
+        paired = fresh_server_pairs(text_body, args.pair_seconds / args.pair_servers, args)
+        medians.append(paired[2])
+        print(f"c=1 alternating, server {server}, {paired[5]} pairs: ensemble p50 "
+              f"{paired[0]:.2f} ms, fused p50 {paired[1]:.2f} ms; median paired difference, "
+              f"each request's encoder time subtracted: {1000 * paired[2]:+.0f} us (95 % "
+              f"interval {1000 * paired[3]:+.0f} to {1000 * paired[4]:+.0f} us); without the "
+              f"subtraction {1000 * paired[6]:+.0f} us")  # fmt: skip
+    print(f"c=1 alternating, the {len(medians)} servers' median paired differences: mean "
+          f"{1000 * statistics.mean(medians):+.0f} us")  # fmt: skip
     share = runtime_share(args.pair_seconds, args.server_cpu)
     print(f"c=1 in-process, encoder time subtracted, {share[5]} pairs: ensemble {share[0]:.2f} "
           f"ms, fused {share[1]:.2f} ms, median paired difference {1000 * share[2]:+.0f} us "
