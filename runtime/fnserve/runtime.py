@@ -48,6 +48,7 @@ from fnserve.scheduling.request import prepare
 from fnserve.scheduling.supervisor import Supervisor
 from fnserve.stats import LifecycleStats, ModelStats
 from fnserve.types import (
+    Array,
     IndexEntry,
     InferOutput,
     InferRequest,
@@ -462,6 +463,20 @@ class Runtime:
             ModelNotFoundError, ModelNotReadyError, InvalidInputError, UnavailableError,
             DeadlineExceededError, ModelExecutionError: see `fnserve.errors`.
         """
+        loaded, outputs = await self._run(request, background)
+        return _response(loaded, request, outputs)
+
+    async def infer_outputs(
+        self, request: InferRequest
+    ) -> tuple[Mapping[str, Array], Mapping[str, str]]:
+        """See `ModelCaller.infer_outputs`: `infer` without the response objects."""
+        loaded, outputs = await self._run(request, False)
+        return outputs, loaded.config.output_datatypes
+
+    async def _run(
+        self, request: InferRequest, background: bool
+    ) -> tuple[LoadedModel, dict[str, Array]]:
+        """`infer`'s work: the model that ran and every output it gave."""
         if self._closing:
             raise UnavailableError("the server is shutting down")
         if request.call_chain and request.model_name in request.call_chain:
@@ -502,7 +517,7 @@ class Runtime:
                 self._idle.set()
         end_ns = handle.last_used_ns = time.perf_counter_ns()
         stats.record_success(end_ns - start_ns)
-        return _response(loaded, request, outputs)
+        return loaded, outputs
 
 
 def _tensor(config: ModelConfig, tensor: Tensor) -> TensorMetadata:

@@ -132,6 +132,13 @@ class ModelCaller(Protocol):
 
     async def infer(self, request: InferRequest) -> InferResponse: ...
 
+    async def infer_outputs(
+        self, request: InferRequest
+    ) -> tuple[Mapping[str, Array], Mapping[str, str]]:
+        """`infer` without the response objects (for ensemble steps): every output the model
+        gave by name (the request's `outputs` do not narrow it) and their datatypes."""
+        ...
+
     def call_now(
         self,
         model_name: str,

@@ -284,6 +284,9 @@ class _Parked:
             raise
         raise AssertionError("unreachable")
 
+    async def infer_outputs(self, request: InferRequest) -> tuple[dict[str, Any], dict[str, str]]:
+        raise AssertionError("BLS calls `infer`")
+
 
 @pytest.mark.parametrize("mode", ["awaited", "left running"])
 async def test_cancelling_an_async_execute_cancels_its_calls(tmp_path: Path, mode: str) -> None:

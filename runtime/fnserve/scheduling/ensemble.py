@@ -1,7 +1,7 @@
 """The ensemble scheduler: each request flows through the steps' own models, as a DAG.
 
 An ensemble has no instances of its own. Every request runs in its caller's task and calls the
-composing models through the runtime (`ModelCaller.infer`), so each step queues in that
+composing models through the runtime (`ModelCaller.infer_outputs`), so each step queues in that
 model's scheduler and batches with the steps of other requests. A step starts as soon as every
 tensor it reads exists (steps whose inputs are ready run concurrently); tensors pass between
 steps as the same numpy arrays, never serialized or copied. A failing step fails only its
@@ -193,9 +193,7 @@ async def run_chain(
                     outputs=plan.outputs,
                     call_chain=chain,  # an ensemble that reaches itself fails, not recurses
                 )
-                for output in (await caller.infer(request)).outputs:
-                    tensors[plan.writes[output.name]] = (output.datatype, output.data)
-                continue
+                answer = await caller.infer_outputs(request)
         except FnserveError as exc:
             raise _named(config, plan.position, plan.step, exc) from exc
         arrays, datatypes = answer
@@ -235,6 +233,5 @@ async def _step(
         outputs=tuple(step.output_map),
         call_chain=chain,  # an ensemble that reaches itself fails instead of recursing
     )
-    response = await caller.infer(request)
-    produced = {o.name: (o.datatype, o.data) for o in response.outputs}
-    return {target: produced[name] for name, target in step.output_map.items()}
+    outputs, datatypes = await caller.infer_outputs(request)
+    return {target: (datatypes[name], outputs[name]) for name, target in step.output_map.items()}
