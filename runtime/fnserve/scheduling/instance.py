@@ -98,34 +98,9 @@ class ThreadInstance:
     def run_inline_one(
         self, inputs: dict[str, Array], rows: int
     ) -> tuple[dict[str, Array], ExecutionTimes]:
-        """Run one request without parameters, its inputs already checked (`TensorPlan`), on
-        the loop's thread now (only when `runs_inline()` said so): the direct lane's
-        (direct.py), with nothing to merge or split; raises as `run_inline` does.
-
-        The runner's call and checks without `run`'s batch handling, in as few functions as
-        possible: a pipeline step runs right after a large model has evicted the CPU caches,
-        where each function costs ~1 us. No call chain is set: a call to another model from
-        here moves the request to the model's thread before it is made (`NeedsOwnThread`),
-        and that run sets it.
-        """
-        inline = self._inline
-        assert inline is not None
-        runner = self.runner
-        running = INLINE_RUN
-        running.active = True
-        start_ns = time.perf_counter_ns()
-        try:
-            result = runner.call(inputs, [{}])
-            called_ns = time.perf_counter_ns()
-            outputs = runner.outputs_of(result, rows)
-        except NeedsOwnThread:  # it calls models synchronously: from now on on its thread
-            inline.disable()
-            raise
-        finally:
-            running.active = False
-            end_ns = time.perf_counter_ns()
-            inline.observe(end_ns - start_ns)
-        return outputs, ExecutionTimes(0, called_ns - start_ns, end_ns - called_ns)
+        """`BatchRunner.run_one` on the loop's thread now (only when `runs_inline()` said so),
+        for the direct lane (direct.py); raises as `run_inline` does."""
+        return self._inline_call(self.runner.run_one, inputs, rows)
 
     def _inline_call(self, run: Callable[..., _T], *args: Any) -> _T:
         inline = self._inline

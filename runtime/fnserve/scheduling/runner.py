@@ -61,6 +61,19 @@ class BatchRunner:
         finally:
             _leave_calls(tokens)
 
+    def run_one(
+        self, inputs: dict[str, Array], rows: int
+    ) -> tuple[dict[str, Array], ExecutionTimes]:
+        """`run` for one request without parameters, already checked (`TensorPlan`): the
+        direct lane's (see direct.py), with nothing to merge or split. It runs inline only,
+        where a call to another model moves the request to the model's thread before it is
+        made (`NeedsOwnThread`), so no call chain is set here."""
+        t1 = time.perf_counter_ns()
+        result = self.call(inputs, [{}])
+        t2 = time.perf_counter_ns()
+        outputs = self._outputs_of(result, rows)
+        return outputs, ExecutionTimes(0, t2 - t1, time.perf_counter_ns() - t2)
+
     async def arun(
         self, batch: Sequence[PendingRequest]
     ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
@@ -127,9 +140,9 @@ class BatchRunner:
 
     def _split(self, batch: Sequence[PendingRequest], result: Any) -> list[dict[str, Array]]:
         rows = batch[0].rows if len(batch) == 1 else sum(e.rows for e in batch)
-        return split_outputs(batch, self.outputs_of(result, rows))
+        return split_outputs(batch, self._outputs_of(result, rows))
 
-    def outputs_of(self, result: Any, rows: int) -> dict[str, Array]:
+    def _outputs_of(self, result: Any, rows: int) -> dict[str, Array]:
         """What the model returned for `rows` rows, checked: one array per declared output."""
         outputs = self.config.plan.accept_outputs(result, rows)  # the common case, fast
         return self.check_outputs(result, rows) if outputs is None else outputs
