@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,7 +36,8 @@ from fnserve.errors import (
     RepositoryError,
     UnavailableError,
 )
-from fnserve.repository.changes import ChangeReloader, ReloadOutcome
+from fnserve.repository.changes import ReloadOutcome
+from fnserve.repository.control import RepositoryControl
 from fnserve.repository.discover import ImportFailure
 from fnserve.repository.footprint import Footprint
 from fnserve.repository.handle import ModelHandle
@@ -44,7 +45,7 @@ from fnserve.repository.idle import reap_idle
 from fnserve.repository.loaded import LoadedModel
 from fnserve.repository.registry import ModelRegistry
 from fnserve.repository.source import ModelSource
-from fnserve.scheduling.request import prepare
+from fnserve.scheduling.request import checked, prepare
 from fnserve.scheduling.supervisor import Supervisor
 from fnserve.stats import LifecycleStats, ModelStats
 from fnserve.types import (
@@ -112,9 +113,7 @@ class Runtime:
         self.supervisor = Supervisor()
         self.registry = ModelRegistry(self.supervisor, self)
         self._source = source
-        self._reloader = (
-            None if source is None else ChangeReloader(source, self.registry, self.load_model)
-        )
+        self._control = RepositoryControl(self.registry, source, lambda: self._defaults)
         self._started = False
         self._closing = False
         self._inflight = 0
@@ -294,72 +293,7 @@ class Runtime:
             RepositoryError: unknown model, its file fails to import, or a version (or a step
                 model of an ensemble) failed to load.
         """
-        await self._load_steps(name, (name,))
-        await self._load_versions(name)
-
-    async def _load_steps(self, name: str, chain: tuple[str, ...]) -> None:
-        """Load the step models of ensemble `name` (and theirs) that are not serving; `chain`:
-        the ensembles whose steps these are (a step among them is a cycle: skipped, the
-        ensemble's own checks report it)."""
-        for step in sorted(self.registry.steps_of(name)):
-            if step in chain or step not in self.registry:
-                continue
-            if any(h.ready for h in self.registry.versions(step)):
-                continue
-            try:
-                await self._load_steps(step, (*chain, step))
-                await self._load_versions(step)
-            except (RepositoryError, MemoryBudgetError) as exc:
-                raise RepositoryError(
-                    f"failed to load '{name}': its step model '{step}' failed to load: "
-                    f"{exc.message}"
-                ) from exc
-
-    async def _load_versions(self, name: str) -> None:
-        """`load_model` for `name` itself."""
-        async with self.registry.lock(name):
-            specs = await self._refresh(name) if self._source is not None else None
-            if name not in self.registry:
-                raise RepositoryError(f"failed to load '{name}', no version is available")
-            handles = self.registry.versions(name)
-            kept = [h for h in handles if specs is None or h.version in specs]
-            errors: list[str] = []
-            refused: MemoryBudgetError | None = None
-            for handle in kept:
-                try:
-                    await handle.load(
-                        self._defaults, None if specs is None else specs[handle.version]
-                    )
-                except RepositoryError as exc:
-                    errors.append(exc.message)
-                except MemoryBudgetError as exc:
-                    refused = exc
-            # Versions no longer defined go once the new ones serve (a new version folder under
-            # a `latest` policy never leaves a gap), or at once when the model itself is gone.
-            if not errors or not kept or any(h.ready for h in kept):
-                for handle in [h for h in handles if h not in kept]:
-                    await handle.unload()
-                    self.registry.remove(handle)
-            if errors:
-                raise RepositoryError("; ".join([*errors, *([refused.message] if refused else [])]))
-            if refused is not None:
-                raise refused  # 503 / RESOURCE_EXHAUSTED: it may fit later
-
-    async def _refresh(self, name: str) -> dict[str, ModelSpec]:
-        """Re-import changed files; `name`'s definitions by version (new ones registered)."""
-        assert self._source is not None
-        found = await asyncio.to_thread(self._source.scan)  # user code: not on the loop
-        self.registry.set_failures(found.failures)
-        broken = [f for f in found.failures if name in (n for n, _ in f.models)]
-        if broken:
-            raise RepositoryError(f"failed to load '{name}': {broken[0].reason}")
-        specs: dict[str, ModelSpec] = {
-            str(d.config.version): d for d in found.definitions if d.config.name == name
-        }
-        known = {h.version for h in self.registry.versions(name)}
-        for version in sorted(specs.keys() - known, key=int):
-            self.registry.add(specs[version])
-        return specs
+        await self._control.load(name)
 
     async def reload_changed(self, changed: Collection[Path]) -> list[ReloadOutcome]:
         """Reload every model the changed files touch (new ones load, deleted ones unload),
@@ -368,9 +302,7 @@ class Runtime:
         Raises:
             RepositoryError: a model path given at start no longer exists.
         """
-        if self._reloader is None:
-            return []
-        return await self._reloader.apply(changed)
+        return await self._control.reload_changed(changed)
 
     @property
     def source(self) -> ModelSource | None:
@@ -392,21 +324,7 @@ class Runtime:
         Requests still running after `drain_timeout_s` (default: the server's
         `--shutdown-timeout`) fail with UnavailableError; a stuck instance is abandoned.
         """
-        await self._unload(name, (name,) if unload_dependents else None, drain_timeout_s)
-
-    async def _unload(
-        self, name: str, chain: tuple[str, ...] | None, drain_timeout_s: float | None
-    ) -> None:
-        """Unload `name`, then (with a `chain`: the ensembles unloaded so far down to it) its
-        step models that no serving ensemble uses."""
-        async with self.registry.lock(name):
-            for handle in self.registry.versions(name):
-                await handle.unload(drain_timeout_s)
-        if chain is None:
-            return
-        for step in sorted(self.registry.steps_of(name)):
-            if step not in chain and not self.registry.used_by_serving_ensemble(step):
-                await self._unload(step, (*chain, step), drain_timeout_s)
+        await self._control.unload(name, unload_dependents, drain_timeout_s)
 
     # -- inference -----------------------------------------------------------------------
 
@@ -498,8 +416,14 @@ class Runtime:
             ):
                 outputs = direct.try_run(request.inputs)
             if outputs is None:
-                entry = prepare(loaded.config, request, background)
-                running = loaded.scheduler.execute(entry)
+                ensemble = loaded.ensemble
+                running: Awaitable[dict[str, Array]]
+                if ensemble is not None and not (background or request.parameters):
+                    # No queue entry to build: an ensemble has no queue.
+                    inputs = checked(loaded.config, request)[0]
+                    running = ensemble.run_inputs(inputs, request.call_chain)
+                else:
+                    running = loaded.scheduler.execute(prepare(loaded.config, request, background))
                 stats.pending += 1
                 try:
                     outputs = await running

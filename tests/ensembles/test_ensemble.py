@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from fnserve import DynamicBatching, Step, Tensor, ensemble, model
-from fnserve.errors import ModelConfigError, ModelExecutionError, UnavailableError
+from fnserve.errors import (
+    InvalidInputError,
+    ModelConfigError,
+    ModelExecutionError,
+    UnavailableError,
+)
 from fnserve.runtime import Runtime
 from fnserve.types import InferInput, InferRequest
 
@@ -109,6 +114,25 @@ async def test_a_failing_step_fails_only_its_request_and_names_the_step() -> Non
     assert isinstance(bad, ModelExecutionError)
     assert "ensemble 'chain' step 2 ('picky') failed" in bad.message
     assert "too large" in bad.message
+    await runtime.aclose()
+
+
+async def test_requests_are_checked_with_or_without_parameters() -> None:
+    """A request without parameters runs without a queue entry, one with them through the
+    scheduler's entry: both check the inputs and outputs alike and give the same answer."""
+    runtime = await _runtime()
+    x = np.array([[1.0], [2.0]], np.float32)
+    for parameters in ({}, {"note": "kept"}):
+        request = InferRequest("chain", (InferInput("X", "FP32", x),), parameters=parameters)
+        response = await runtime.infer(request)
+        assert response.outputs[0].data.tolist() == [[3.0], [5.0]]
+        wrong_type = request._replace(inputs=(InferInput("X", "INT32", x.astype(np.int32)),))
+        with pytest.raises(InvalidInputError, match="expected datatype FP32, got 'INT32'"):
+            await runtime.infer(wrong_type)
+        with pytest.raises(InvalidInputError, match="unexpected inference output 'Q'"):
+            await runtime.infer(request._replace(outputs=("Q",)))
+    (whole,) = runtime.statistics("chain")
+    assert (whole.success.count, whole.fail.count) == (2, 4)
     await runtime.aclose()
 
 

@@ -131,10 +131,13 @@ class LoadedModel:
         self.scheduler: Scheduler
         # Requests that may skip the scheduler (an idle model that runs inline), if any.
         self.direct: DirectLane | None = None
+        self.ensemble: EnsembleScheduler | None = None  # the scheduler, for an ensemble
         if self.config.ensemble:  # no instances: the steps' models do the work
             if caller is None:
                 raise RepositoryError(f"ensemble '{self.config.name}' needs a runtime to call")
-            self.scheduler = EnsembleScheduler(self.config, caller, defaults.max_queue_size)
+            self.scheduler = self.ensemble = EnsembleScheduler(
+                self.config, caller, defaults.max_queue_size
+            )
         else:
             scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size, maker.inline)
             if maker.inline and isinstance(scheduler, QueueScheduler) and scheduler.at_once:

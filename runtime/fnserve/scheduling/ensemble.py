@@ -11,7 +11,7 @@ request, with an error that names the step.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from fnserve.config.model_config import EnsembleStep, ModelConfig
@@ -33,13 +33,20 @@ class EnsembleScheduler:
         self._config = config
         self._caller = caller
         self._max_inflight = max_inflight
-        self._running: dict[asyncio.Task[Any], PendingRequest] = {}  # by the caller's task
+        self._running: set[asyncio.Task[Any]] = set()  # the callers' tasks
+        self._failed: dict[asyncio.Task[Any], Exception] = {}  # those fail_queued ended
         self._chain = chain_of(config)
 
-    async def execute(self, entry: PendingRequest) -> dict[str, Array]:
-        """Run the steps in the caller's own task: no task to create, and no turn of the loop
-        to hand the outputs back (at concurrency 1 those were a good part of what an ensemble
-        added to its steps)."""
+    def execute(self, entry: PendingRequest) -> Awaitable[dict[str, Array]]:
+        return self.run_inputs(entry.inputs, entry.call_chain)
+
+    async def run_inputs(
+        self, inputs: Mapping[str, Array], call_chain: tuple[str, ...]
+    ) -> dict[str, Array]:
+        """Run a request's checked inputs through the steps in the caller's own task: no task
+        to create, no turn of the loop to hand the outputs back, and no queue entry (the
+        runtime calls this directly for requests without parameters). At concurrency 1 those
+        were a good part of what an ensemble added to its steps."""
         if self._max_inflight and len(self._running) >= self._max_inflight:
             raise QueueFullError(
                 f"exceeds maximum queue size of {self._max_inflight} for model "
@@ -47,15 +54,14 @@ class EnsembleScheduler:
             )
         task = asyncio.current_task()
         assert task is not None
-        self._running[task] = entry
+        self._running.add(task)
         try:
-            chain = (*entry.call_chain, self._config.name)
-            if self._chain is not None and len(entry.inputs) == len(self._config.inputs):
-                return await run_chain(self._config, self._chain, entry.inputs, self._caller, chain)
-            return await run_steps(self._config, entry.inputs, self._caller, chain)
+            chain = (*call_chain, self._config.name)
+            if self._chain is not None and len(inputs) == len(self._config.inputs):
+                return await run_chain(self._config, self._chain, inputs, self._caller, chain)
+            return await run_steps(self._config, inputs, self._caller, chain)
         except asyncio.CancelledError:
-            failed = entry.future.done() and not entry.future.cancelled()
-            error = entry.future.exception() if failed else None
+            error = self._failed.pop(task, None)
             if error is not None and task.uncancel() == 0:  # fail_queued ended it: its error
                 raise error from None
             raise
@@ -64,7 +70,8 @@ class EnsembleScheduler:
         except Exception as exc:  # a bug in a step's plumbing: still answer the request
             raise ModelExecutionError(f"ensemble '{self._config.name}' failed: {exc!r}") from exc
         finally:
-            self._running.pop(task, None)
+            self._running.discard(task)
+            self._failed.pop(task, None)  # failed as it finished: nothing left to cancel
 
     def queued(self) -> int:
         return len(self._running)
@@ -73,12 +80,11 @@ class EnsembleScheduler:
         """Nothing waits to form batches here."""
 
     def fail_queued(self, error: Exception) -> None:
-        """Fail every running request with `error` (their steps are cancelled)."""
-        for task, entry in list(self._running.items()):
-            if entry.alive:
-                entry.future.set_exception(error)
-                entry.future.exception()  # retrieved: `execute` raises it, nobody awaits it
-                task.cancel()
+        """Fail every running request with `error` (their steps are cancelled; a request
+        its client cancelled already ends cancelled)."""
+        for task in self._running:
+            self._failed[task] = error
+            task.cancel()
         self._running.clear()
 
     async def run(self) -> None:
@@ -176,10 +182,10 @@ async def run_chain(
     # Loops rather than comprehensions: a step runs right after a large model may have
     # evicted the CPU caches, and each comprehension is one more function to bring back.
     for plan in steps:
-        step_inputs = []
+        step_inputs = []  # (name, datatype, array): InferInputs only if a request is needed
         for name, source in plan.reads:
             datatype, array = tensors[source]
-            step_inputs.append(InferInput(name, datatype, array))
+            step_inputs.append((name, datatype, array))
         try:
             # A step that can answer at once (idle, inline) does, without request objects.
             answer = caller.call_now(
@@ -188,7 +194,7 @@ async def run_chain(
             if answer is None:
                 request = InferRequest(
                     plan.step.model_name,
-                    tuple(step_inputs),
+                    tuple(InferInput(*tensor) for tensor in step_inputs),
                     plan.version,
                     outputs=plan.outputs,
                     call_chain=chain,  # an ensemble that reaches itself fails, not recurses

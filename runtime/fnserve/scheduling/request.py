@@ -60,10 +60,7 @@ def prepare(config: ModelConfig, request: InferRequest, background: bool = False
     Raises:
         InvalidInputError: the request does not fit the model's declaration.
     """
-    accepted = config.plan.accept_inputs(request.inputs)  # the common case, fast
-    inputs, rows, shape_key = accepted or check_inputs(config, request)
-    if request.outputs is not None:
-        _validate_outputs(config, request.outputs)
+    inputs, rows, shape_key = checked(config, request)
     if request.parameters:
         priority, timeout_us, custom = _split_parameters(config.name, request.parameters)
     else:  # most requests, and every ensemble step
@@ -80,6 +77,21 @@ def prepare(config: ModelConfig, request: InferRequest, background: bool = False
         call_chain=request.call_chain,
         background=background,
     )
+
+
+def checked(config: ModelConfig, request: InferRequest) -> InputsAccepted:
+    """The request's inputs by name, its batch rows and the key that says which requests may
+    merge, after checking its inputs and the outputs it asks for (not its parameters).
+
+    Raises:
+        InvalidInputError: the request does not fit the model's declaration.
+    """
+    accepted = config.plan.accept_inputs(request.inputs)  # the common case, fast
+    if accepted is None:
+        accepted = check_inputs(config, request)
+    if request.outputs is not None:
+        _validate_outputs(config, request.outputs)
+    return accepted
 
 
 def check_inputs(config: ModelConfig, request: InferRequest) -> InputsAccepted:
