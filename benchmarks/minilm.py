@@ -13,8 +13,8 @@
    encoder's ~1 ms jitter (the same work in both) drops out, which leaves what serving adds
    with an interval a few times narrower. The pairs run on `--pair-servers` servers started
    afresh (`--pair-seconds` shared among them): the difference moves by about +-20 us from one
-   server process to the next, more than one run's interval; the mean of their medians is
-   the figure.
+   server to the next and over time within one (the machine's cold-cache cost drifts), more
+   than one run's interval; the mean of their medians is the figure.
 3. The same pairs in-process, through the runtime without HTTP (the runtime's share).
 Server pinned to one core, h2load (HTTP/1.1 JSON) to the other. The ensemble's encoder and the
 fused function run one ONNX Runtime session (`MINILM_SHARED_SESSION`, examples/minilm/steps.py):
