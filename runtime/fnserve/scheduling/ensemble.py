@@ -38,6 +38,8 @@ class EnsembleScheduler:
         self._chain = chain_of(config)
 
     def execute(self, entry: PendingRequest) -> Awaitable[dict[str, Array]]:
+        """The `Scheduler` way in, with a queue entry already built (a request with
+        parameters, or a durable job's): `run_inputs` on its inputs."""
         return self.run_inputs(entry.inputs, entry.call_chain)
 
     async def run_inputs(
