@@ -87,18 +87,26 @@ async def submit(server: ServerProcess, count: int) -> dict[str, float]:
 
 
 async def kill_mid_run(server: ServerProcess, db: Database) -> set[str]:
-    """SIGKILL `server` once some jobs are done and it runs others; the ids it was running."""
-    mine = f"worker LIKE '%:{server.proc.pid}:%'"
+    """SIGKILL `server` once some jobs are done and it runs others; the ids it was running.
+
+    The server is paused (SIGSTOP) while the database is read, so that a job seen running
+    cannot finish between the look and the kill: a batch ends and the next one is claimed
+    within milliseconds, and a kill that landed in that gap left nothing to take over.
+    """
+    mine = f"SELECT id FROM fnserve_jobs WHERE worker LIKE '%:{server.proc.pid}:%'"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        states = await db.states()
-        (running,) = await db.rows(f"SELECT count(*) FROM fnserve_jobs WHERE {mine}")
-        if states.get("succeeded", 0) >= 100 and running[0]:
-            break
+    while True:
+        assert time.monotonic() < deadline, f"no moment to kill: {await db.states()}"
+        if (await db.states()).get("succeeded", 0) >= 100:
+            server.proc.send_signal(signal.SIGSTOP)
+            await asyncio.sleep(0.05)  # statements it already sent to the database finish
+            if await db.rows(mine):
+                break
+            server.proc.send_signal(signal.SIGCONT)
         await asyncio.sleep(0.01)
     server.proc.send_signal(signal.SIGKILL)
     server.proc.wait(10)
-    held = {str(row[0]) for row in await db.rows(f"SELECT id FROM fnserve_jobs WHERE {mine}")}
+    held = {str(row[0]) for row in await db.rows(mine)}
     assert held, "the server ran no job when it was killed"
     assert (await db.states()).get("succeeded", 0) < JOBS, "every job ended before the kill"
     return held
