@@ -92,16 +92,23 @@ class ModelSignature:
     Dims are the FULL shapes the file gives, -1 for any symbolic or unknown dimension; whether
     the first one is a batch dimension is the caller's decision (`batchable` helps).
     `max_batch_size` is the largest batch the file itself allows (a TensorRT plan's
-    optimization profile), None where the file sets no limit (ONNX).
+    optimization profile, a torch.export program's bound), None where the file sets no limit.
+    `guessed` says the dims are fnserve's guess, not the file's (TorchScript keeps no shapes):
+    their variable first dims are then no evidence of a batch dimension.
     """
 
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     max_batch_size: int | None = None
+    guessed: bool = False
 
     def batchable(self) -> bool:
-        """Triton's autocomplete rule: every tensor has rank >= 1 and a variable first dim."""
-        return all(len(t.dims) >= 1 and t.dims[0] == -1 for t in (*self.inputs, *self.outputs))
+        """Triton's autocomplete rule, every tensor has a variable first dim, and rank >= 2:
+        Triton serves a tensor of the batch dimension alone as dims [1] through `reshape`,
+        which fnserve does not implement, so such a model is served unbatched."""
+        if self.guessed:
+            return False
+        return all(len(t.dims) >= 2 and t.dims[0] == -1 for t in (*self.inputs, *self.outputs))
 
 
 class _Named(Protocol):

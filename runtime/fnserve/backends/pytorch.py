@@ -1,10 +1,10 @@
 """The PyTorch backend (Triton's platform `pytorch_libtorch`): one module per instance runs a
 repository's TorchScript `model.pt`, or a `torch.export` program saved as `.pt2`.
 
-As in Triton's libtorch backend, a model file says nothing of its tensors' names: inputs are
-passed to the module positionally, in the config's input order (Triton's `INPUT__0` names
-included), and a returned tuple or list maps to the config's outputs in order; a returned dict
-is keyed by output name.
+As in Triton's libtorch backend, inputs are passed to the module positionally, in the config's
+input order (Triton's `INPUT__0` names included), and a returned tuple or list maps to the
+config's outputs in order; a returned dict is keyed by output name. A config that leaves the
+tensors out is completed from the file (`describe`, in `pytorch_signature`).
 
 torch is optional (extra `torch`). Importing this module without it raises an ImportError that
 says how to install it, which the registry turns into a load error naming the model; servers of
@@ -32,13 +32,14 @@ except ImportError as exc:  # re-raised with the install line: the bare name say
     ) from exc
 from torch.export.passes import move_to_device_pass
 
-__all__ = ["PyTorchBackend", "PyTorchBackendFactory"]
+from fnserve.backends.pytorch_signature import EXPORTED_SUFFIX, describe
+
+__all__ = ["PyTorchBackend", "PyTorchBackendFactory", "describe"]
 
 # Triton's libtorch parameter key. torch's intra-op pool is process-wide: the last instance
 # loaded with the key sets it for every torch model of the server. Without it torch's own
 # default (the machine's cores) stays.
 INTRA_OP_KEY = "INTRA_OP_THREAD_COUNT"
-EXPORTED_SUFFIX = ".pt2"  # a torch.export program; anything else is read as TorchScript
 # Tensors cannot hold strings; a model declaring one would fail every request, so it fails
 # the load instead.
 _UNSERVED = frozenset({"BYTES"})

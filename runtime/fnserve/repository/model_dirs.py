@@ -4,25 +4,29 @@ A directory is a model directory when it holds a config.pbtxt or a numbered vers
 Its config.pbtxt (optional) is parsed against `model_config.proto`; what it leaves out is
 completed from the model file as Triton does by default (input and output names, datatypes
 and shapes; a batch dimension when every tensor's first dimension is dynamic: `max_batch_size`
-4 for ONNX, the optimization profile's largest batch for a TensorRT plan, and dynamic batching
-when that is over 1). The version policy (`latest { num_versions }`, `all`,
-`specific { versions }`; default: the latest one) picks the versions served. A directory that
-fails (a bad config, a missing or unreadable model file) fails only its own model, with the
-reason.
+4 for ONNX, the optimization profile's largest batch for a TensorRT plan, the exported bound
+for a torch.export program (else 4), and dynamic batching when that is over 1). TorchScript
+files keep no shapes: `backends.pytorch_signature` says what fnserve reads instead. The
+version policy (`latest { num_versions }`, `all`, `specific { versions }`; default: the latest
+one) picks the versions served. A directory that fails (a bad config, a missing or unreadable
+model file) fails only its own model, with the reason.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fnserve.backends.base import ModelFileSpec, ModelSignature
+from fnserve.config.model_config import Tensor
 from fnserve.config.pbtxt import (
     BACKEND_PLATFORMS,
     PLATFORM_BACKENDS,
     config_datatype,
+    datatype,
     parse_config,
     to_accelerators,
     to_model_config,
@@ -40,6 +44,7 @@ DEFAULT_FILES = {
 }
 EXTENSION_BACKENDS = {".onnx": "onnxruntime", ".pt": "pytorch", ".pt2": "pytorch",
                       ".plan": "tensorrt"}  # fmt: skip
+log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's default-max-batch-size for auto-completed configs
 
 
@@ -120,7 +125,7 @@ def read_model_dir(directory: Path) -> list[ModelFileSpec]:
         if backend == "ensemble":  # no model file: the steps' models do the work
             file = folder
         else:
-            file = folder / (message.default_model_filename or DEFAULT_FILES.get(backend, ""))
+            file = _model_file(folder, message, backend)
             if not file.is_file():
                 raise RepositoryError(f"version {version} has no model file '{file.name}'")
         completed = pb.ModelConfig()
@@ -131,6 +136,18 @@ def read_model_dir(directory: Path) -> list[ModelFileSpec]:
         config = to_model_config(completed, version, directory / "warmup")
         specs.append(ModelFileSpec(config, file, to_accelerators(completed)))
     return specs
+
+
+def _model_file(folder: Path, message: pb.ModelConfig, backend: str) -> Path:
+    """The config's `default_model_filename`, else the backend's default name (for pytorch,
+    `model.pt`, or `model.pt2` when only that one exists)."""
+    if message.default_model_filename:
+        return folder / message.default_model_filename
+    default = folder / DEFAULT_FILES.get(backend, "")
+    exported = folder / "model.pt2"
+    if backend == "pytorch" and not default.is_file() and exported.is_file():
+        return exported
+    return default
 
 
 def _versions(directory: Path, message: pb.ModelConfig) -> list[int]:
@@ -190,6 +207,15 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
         if message.max_batch_size > 1 and not message.HasField("dynamic_batching"):
             message.dynamic_batching.SetInParent()
     strip = 1 if message.max_batch_size > 0 else 0
+    if signature.guessed and not message.input:
+        log.info(
+            "model '%s': %s keeps no tensor shapes or dtypes; inputs completed from forward() "
+            "and the layers reading them: %s; served without batching unless config.pbtxt "
+            "sets max_batch_size",
+            message.name,
+            file.name,
+            ", ".join(f"{t.name} {t.datatype} {list(t.dims)}" for t in signature.inputs),
+        )
     if not message.input:
         for tensor in signature.inputs:
             message.input.add(
@@ -207,11 +233,13 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
 
 
 def _describe(message: pb.ModelConfig, file: Path, backend: str) -> ModelSignature:
-    """What an ONNX file or a TensorRT plan declares (their backends are optional extras)."""
-    if backend not in ("onnxruntime", "tensorrt"):  # ensembles, TorchScript, Python
+    """What a model file declares: an ONNX file, a TensorRT plan, a torch.export program or a
+    TorchScript file (their backends are optional extras)."""
+    if backend not in ("onnxruntime", "tensorrt", "pytorch"):  # ensembles, Python
         raise RepositoryError(
             f"the config must declare its inputs and outputs: fnserve completes configs from "
-            f"ONNX files and TensorRT plans only, and this model's backend is '{backend}'"
+            f"ONNX, TorchScript and torch.export files and TensorRT plans only, and this "
+            f"model's backend is '{backend}'"
         )
     try:  # the modules of optional packages
         module = importlib.import_module(f"fnserve.backends.{backend}")
@@ -222,5 +250,12 @@ def _describe(message: pb.ModelConfig, file: Path, backend: str) -> ModelSignatu
         gpu = next((g.gpus[0] for g in message.instance_group if g.gpus), 0)
         plan: ModelSignature = module.describe(file, gpu)
         return plan
+    if backend == "pytorch":  # a TorchScript trial run uses the inputs a config declares
+        batch = [-1] if message.max_batch_size > 0 else []
+        declared = [
+            Tensor(t.name, datatype(t.data_type, t.name), [*batch, *t.dims]) for t in message.input
+        ]
+        torch_file: ModelSignature = module.describe(file, declared)
+        return torch_file
     signature: ModelSignature = module.describe(file)
     return signature
