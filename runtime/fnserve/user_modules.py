@@ -78,9 +78,12 @@ def module_name(file: Path, source: bytes) -> str:
 _current: dict[Path, str] = {}  # each file's module in sys.modules (the last good import)
 
 
-def import_file(file: Path, source: bytes | None = None) -> ModuleType:
+def import_file(file: Path, source: bytes | None = None, *, package: bool = False) -> ModuleType:
     """Import `file` (whose bytes are `source`, when the caller read them already); the same
     content gives the same module, a changed one a new module.
+
+    With `package`, the file's folder is its package (a package of its own, named as the
+    module would be), so `from .helpers import x` finds `helpers.py` beside it.
 
     The module of the file's previous content leaves `sys.modules` once the new one imported
     (objects still using it, such as a model draining, keep it alive until they are done).
@@ -94,8 +97,15 @@ def import_file(file: Path, source: bytes | None = None) -> ModuleType:
         except OSError as exc:
             raise RepositoryError(f"cannot read '{file}': {exc}") from exc
     name = module_name(file, source)
+    if package:
+        parent = name.replace(".", "_")
+        name = f"{parent}.{file.stem}"
     if name in sys.modules:
         return sys.modules[name]
+    if package:
+        folder = ModuleType(parent)
+        folder.__path__ = [str(file.parent)]
+        sys.modules[parent] = folder
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None:
         raise RepositoryError(f"cannot import '{file}'")
@@ -106,15 +116,25 @@ def import_file(file: Path, source: bytes | None = None) -> ModuleType:
         # changed since).
         exec(compile(source, str(file), "exec"), module.__dict__)
     except Exception as exc:
-        del sys.modules[name]
+        _forget(name)
         reason = f"importing '{file}' failed{_where(file, exc)}: {type(exc).__name__}: {exc}"
         raise ModelImportError(ImportFailure(file, reason, declared_models(file))) from exc
     key = file.resolve()
     previous = _current.get(key)
     _current[key] = name
     if previous is not None and previous != name:
-        sys.modules.pop(previous, None)
+        _forget(previous)
     return module
+
+
+def _forget(name: str) -> None:
+    """Take module `name` out of `sys.modules`, with its package and the package's other
+    modules when it was imported as a package's (`import_file(..., package=True)`)."""
+    sys.modules.pop(name, None)
+    parent, _, _ = name.rpartition(".")
+    if parent and parent != "fnserve_user":
+        for other in [n for n in sys.modules if n == parent or n.startswith(parent + ".")]:
+            sys.modules.pop(other, None)
 
 
 def _where(file: Path, exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fnserve.backends.base import ModelFileSpec
+from fnserve.backends.base import ModelFileSpec, OneRequest
 from fnserve.backends.registry import factory_for
 from fnserve.backends.triton_python import pb_utils
 from fnserve.backends.triton_python.backend import (
@@ -20,9 +20,17 @@ from fnserve.backends.triton_python.backend import (
     TritonPythonBackendFactory,
 )
 from fnserve.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, Tensor
-from fnserve.errors import ModelExecutionError, RepositoryError
+from fnserve.errors import (
+    InvalidInputError,
+    ModelExecutionError,
+    ModelNotFoundError,
+    RepositoryError,
+    UnavailableError,
+    UnsupportedError,
+)
 from fnserve.model import InstanceContext
 from fnserve.runtime import Runtime
+from fnserve.scheduling.instance import ThreadInstance
 from fnserve.scheduling.runner import BatchRunner
 from fnserve.types import InferInput, InferRequest
 from tests.backends.triton_python_models import ADD_SUB
@@ -114,10 +122,95 @@ def test_add_sub_equals_numpy_and_passes_the_runners_checks(add_sub: Path) -> No
     assert backend.model.seen == [(["OUTPUT0", "OUTPUT1"], '{"p": 1}')]
 
 
-def test_a_batch_is_one_request_with_the_parameters_all_share(add_sub: Path) -> None:
-    backend = _backend(add_sub)
-    backend.execute(_inputs(2), [{"a": 1, "b": "x"}, {"a": 1, "b": "y"}])
-    assert json.loads(backend.model.seen[-1][1]) == {"a": 1}
+# Per request, as in Triton: a model that reads one row per request and echoes what it saw.
+PER_REQUEST = """
+    import json
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            self.batches = getattr(self, "batches", []) + [len(requests)]
+            responses = []
+            for request in requests:
+                params = json.loads(request.parameters())
+                if params.get("fail"):
+                    code = getattr(pb_utils.TritonError, params["fail"])
+                    error = pb_utils.TritonError(f"refused {request.request_id()}", code)
+                    responses.append(pb_utils.InferenceResponse(error=error))
+                    continue
+                first = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()[0][0]
+                wanted = request.requested_output_names()
+                outputs = [
+                    pb_utils.Tensor(name, np.full((1, 4), first + i, np.float32))
+                    for i, name in enumerate(["OUTPUT0", "OUTPUT1"])
+                    if name in wanted
+                ]
+                responses.append(pb_utils.InferenceResponse(outputs))
+            return responses
+"""
+
+
+async def test_each_request_of_a_batch_is_its_own_request(tmp_path: Path) -> None:
+    """Three requests batched together reach `execute` as three requests, each with its own
+    rows, parameters, id and requested outputs, and a response with an error fails only its
+    request, with the status of its code and the model's own message."""
+    config = _config(
+        "per_request", dynamic_batching=DynamicBatching(max_queue_delay_microseconds=200_000)
+    )
+    path = _write(tmp_path, PER_REQUEST, "per_request")
+    runtime = Runtime([ModelFileSpec(config, path)])
+    await runtime.start()
+    try:
+
+        def request(value: float, **kwargs: Any) -> InferRequest:
+            rows = np.full((1, 4), value, np.float32)
+            return InferRequest(
+                "per_request", (_input("INPUT0", rows), _input("INPUT1", rows)), **kwargs
+            )
+
+        ok, only_one, refused = await asyncio.gather(
+            runtime.infer(request(1.0, id="a")),
+            runtime.infer(request(5.0, id="b", outputs=("OUTPUT1",))),
+            runtime.infer(request(9.0, id="c", parameters={"fail": "INVALID_ARG"})),
+            return_exceptions=True,
+        )
+        model = runtime.registry.resolve("per_request", "", True).loaded
+        assert model is not None
+        (instance,) = model.pool.instances
+        assert isinstance(instance, ThreadInstance)
+        assert isinstance(instance.runner.backend, TritonPythonBackend)
+        assert instance.runner.backend.model.batches == [3]  # one batch of three requests
+        assert not isinstance(ok, BaseException)
+        assert [o.name for o in ok.outputs] == ["OUTPUT0", "OUTPUT1"]
+        assert ok.outputs[1].data.tolist() == [[2.0] * 4]
+        assert not isinstance(only_one, BaseException)
+        assert [(o.name, o.data.tolist()) for o in only_one.outputs] == [("OUTPUT1", [[6.0] * 4])]
+        assert isinstance(refused, InvalidInputError)  # 400 / INVALID_ARGUMENT
+        assert refused.message == "refused c"
+    finally:
+        await runtime.aclose()
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        ("INVALID_ARG", InvalidInputError),
+        ("NOT_FOUND", ModelNotFoundError),
+        ("UNAVAILABLE", UnavailableError),
+        ("UNSUPPORTED", UnsupportedError),
+        ("INTERNAL", ModelExecutionError),
+        ("UNKNOWN", ModelExecutionError),
+    ],
+)
+def test_an_error_response_gets_the_status_of_its_code(
+    tmp_path: Path, code: str, error: type[Exception]
+) -> None:
+    backend = _backend(_write(tmp_path, PER_REQUEST, "per_request"), _config("per_request"))
+    (answer,) = backend.execute_each([OneRequest(_inputs(1), {"fail": code}, None, "r7")])
+    assert type(answer) is error
+    assert str(answer) == "refused r7"
 
 
 def test_output_dtypes_follow_the_config(tmp_path: Path) -> None:
@@ -136,7 +229,7 @@ def test_output_dtypes_follow_the_config(tmp_path: Path) -> None:
     assert out["OUTPUT1"].tolist() == [[-2.0, -3.0]]
 
 
-def test_an_error_response_fails_the_batch_with_its_message(tmp_path: Path) -> None:
+def test_an_error_response_fails_its_request_with_the_models_message(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
         """
@@ -156,7 +249,7 @@ def test_an_error_response_fails_the_batch_with_its_message(tmp_path: Path) -> N
     runner = BatchRunner(config, _backend(path, config))
     with pytest.raises(ModelExecutionError) as info:
         runner.call(_inputs(), [{}])
-    assert str(info.value) == "model 'add_sub' returned an error: INPUT0 must be positive"
+    assert str(info.value) == "INPUT0 must be positive"  # as Triton passes it on
 
 
 def test_a_raising_execute_is_one_model_execution_error(tmp_path: Path) -> None:
@@ -408,3 +501,43 @@ def test_pb_utils_lookups() -> None:
     assert not response.has_error()
     with pytest.raises(pb_utils.TritonModelException, match="must be a list"):
         pb_utils.InferenceResponse(output_tensors=(1,))  # type: ignore[arg-type]
+
+
+def test_a_read_only_request_tensor_is_writable_and_exports_dlpack() -> None:
+    """Request tensors may be the read-only buffers they arrived in; models write into
+    `as_numpy()` and hand `to_dlpack()` to torch, as they do in Triton."""
+    import torch
+
+    wire = np.frombuffer(np.arange(4, dtype=np.float32).tobytes(), np.float32)
+    assert not wire.flags.writeable
+    tensor = pb_utils.Tensor("X", wire)
+    doubled = torch.utils.dlpack.from_dlpack(tensor.to_dlpack()).mul_(2)
+    assert doubled.tolist() == [0.0, 2.0, 4.0, 6.0]
+    array = tensor.as_numpy()
+    array += 1
+    assert tensor.as_numpy() is array  # copied once
+    assert wire.tolist() == [0.0, 1.0, 2.0, 3.0]  # the request's buffer is untouched
+
+
+def test_a_bls_model_name_may_come_from_a_bytes_input() -> None:
+    name = np.array([b"add_sub"], dtype=np.object_)[0]
+    assert pb_utils.InferenceRequest(model_name=name).model_name == "add_sub"
+
+
+def test_pb_utils_byte_tensor_helpers_round_trip() -> None:
+    texts = np.array([[b"a", b""], ["\u00e9t\u00e9", b"xyz"]], dtype=np.object_)
+    encoded = pb_utils.serialize_byte_tensor(texts)
+    assert encoded.dtype == np.object_
+    assert (
+        encoded.item()
+        == b"\x01\x00\x00\x00a\x00\x00\x00\x00\x05\x00\x00\x00\xc3\xa9t\xc3\xa9\x03\x00\x00\x00xyz"
+    )
+    decoded = pb_utils.deserialize_bytes_tensor(encoded.item())
+    assert decoded.tolist() == [b"a", b"", "\u00e9t\u00e9".encode(), b"xyz"]
+    assert pb_utils.serialize_byte_tensor(np.array([], dtype=np.object_)).shape == (0,)
+    with pytest.raises(pb_utils.TritonModelException, match="object or bytes array"):
+        pb_utils.serialize_byte_tensor(np.zeros(2, np.float32))
+    assert not pb_utils.using_decoupled_model_transaction_policy({})
+    assert pb_utils.using_decoupled_model_transaction_policy(
+        {"model_transaction_policy": {"decoupled": True}}
+    )

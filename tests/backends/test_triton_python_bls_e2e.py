@@ -86,7 +86,7 @@ def test_ensemble_and_bls_give_the_same_answer_as_numpy(infer: Infer, rows: int)
 
 @pytest.mark.parametrize(
     ("model", "how"),
-    [("bls_sync", "returned an error"), ("bls_async", "raised TritonModelException")],
+    [("bls_sync", ""), ("bls_async", "model 'bls_async' raised TritonModelException: ")],
 )
 def test_a_callee_error_comes_back_through_bls_as_a_client_error(
     infer: Infer, model: str, how: str
@@ -96,7 +96,8 @@ def test_a_callee_error_comes_back_through_bls_as_a_client_error(
     with pytest.raises(InferenceServerException) as info:
         infer(model, raw)
     message = str(info.value)
-    assert f"model '{model}' {how}: step 'classifier' failed: call to model " in message
+    # bls_sync answers with the callee's error as its response's; bls_async lets it raise
+    assert f"] {how}step 'classifier' failed: call to model " in message
     assert "model 'classifier' raised ValueError: FEATURES must be finite, row 1 is" in message
 
 

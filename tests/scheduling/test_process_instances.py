@@ -116,6 +116,7 @@ async def test_process_instance_answers_like_a_thread_instance(
         got, times = await instance.run(batch)
         assert len(got) == len(expected)
         for want, have in zip(expected, got, strict=True):
+            assert isinstance(want, dict)
             assert want.keys() == have.keys()
             for key in want:
                 assert have[key].dtype == want[key].dtype

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.config.pbtxt import ExecutionAccelerators
@@ -51,11 +51,29 @@ class ModelFileSpec:
         return str(self.path)
 
 
+class OneRequest(NamedTuple):
+    """One request of a batch, as a backend that takes requests one by one sees it."""
+
+    inputs: Mapping[str, Array]
+    parameters: Mapping[str, ParamValue]
+    requested: tuple[str, ...] | None  # the outputs the client asked for; None: all
+    request_id: str
+
+
+# What such a backend gives back for each request: its outputs, or the error that fails it
+# alone (Triton's python backend answers each request with a response or an error).
+Answer = Mapping[str, Array] | Exception
+
+
 class Backend(Protocol):
     """One loaded model instance.
 
     `execute` runs a batch synchronously (called on the instance's own thread); async backends
-    set `is_async` and implement `aexecute` instead.
+    set `is_async` and implement `aexecute` instead. A backend whose models see each request of
+    a batch separately (Triton's python backend) also sets `per_request = True` and implements
+    `execute_each(requests) -> list[Answer]` (`aexecute_each` when async): the runner then
+    hands it the requests unmerged and checks each answer on its own. `execute` still serves
+    a single request without parameters (the direct lane).
     """
 
     is_async: bool

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fnserve.backends.base import ModelFileSpec, ModelSignature
+from fnserve.backends.triton_python.autocomplete import auto_complete
 from fnserve.config.model_config import Tensor
 from fnserve.config.pbtxt import (
     BACKEND_PLATFORMS,
@@ -130,6 +131,8 @@ def read_model_dir(directory: Path) -> list[ModelFileSpec]:
                 raise RepositoryError(f"version {version} has no model file '{file.name}'")
         completed = pb.ModelConfig()
         completed.CopyFrom(message)
+        if backend == "python":  # the model's own auto_complete_config, as Triton calls it
+            auto_complete(completed, file)
         completed.backend = backend
         completed.platform = completed.platform or BACKEND_PLATFORMS.get(backend, "")
         _complete(completed, file, backend)
@@ -235,7 +238,12 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
 def _describe(message: pb.ModelConfig, file: Path, backend: str) -> ModelSignature:
     """What a model file declares: an ONNX file, a TensorRT plan, a torch.export program or a
     TorchScript file (their backends are optional extras)."""
-    if backend not in ("onnxruntime", "tensorrt", "pytorch"):  # ensembles, Python
+    if backend == "python":
+        raise RepositoryError(
+            "the config must declare its inputs and outputs, or the model's "
+            "TritonPythonModel.auto_complete_config must add them"
+        )
+    if backend not in ("onnxruntime", "tensorrt", "pytorch"):  # ensembles
         raise RepositoryError(
             f"the config must declare its inputs and outputs: fnserve completes configs from "
             f"ONNX, TorchScript and torch.export files and TensorRT plans only, and this "

@@ -16,11 +16,10 @@ from typing import Any, Protocol, TypeVar
 
 from fnserve.scheduling.inline import INLINE_RUN, InlinePolicy, NeedsOwnThread
 from fnserve.scheduling.request import PendingRequest
-from fnserve.scheduling.runner import BatchRunner, ExecutionTimes
+from fnserve.scheduling.runner import BatchRunner, ExecutionTimes, Results
 from fnserve.scheduling.threads import DaemonWorker
 from fnserve.types import Array
 
-Results = list[dict[str, Array]]
 Outcome = tuple[Results, ExecutionTimes]  # what one batch gives back: results and timings
 _T = TypeVar("_T")
 

@@ -26,10 +26,10 @@ from fnserve.errors import (
     UnavailableError,
 )
 from fnserve.scheduling.inline import NeedsOwnThread
-from fnserve.scheduling.instance import Instance, InstanceFactory, Outcome, Results, ThreadInstance
+from fnserve.scheduling.instance import Instance, InstanceFactory, Outcome, ThreadInstance
 from fnserve.scheduling.oom import BatchCap, describe, halves, is_out_of_memory
 from fnserve.scheduling.request import PendingRequest
-from fnserve.scheduling.runner import ExecutionTimes, scrub_paths
+from fnserve.scheduling.runner import ExecutionTimes, Results, scrub_paths
 from fnserve.scheduling.supervisor import OnCrash, Supervisor
 from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.stats import ModelStats
@@ -499,5 +499,9 @@ def _deliver(batch: Sequence[PendingRequest], outcome: Results | BaseException) 
                 entry.future.set_exception(outcome)
         return
     for entry, outputs in zip(batch, outcome, strict=False):
-        if entry.alive:
+        if not entry.alive:
+            continue
+        if isinstance(outputs, Exception):  # this request alone failed (per-request models)
+            entry.future.set_exception(outputs)
+        else:
             entry.future.set_result(outputs)

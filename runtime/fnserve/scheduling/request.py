@@ -41,6 +41,8 @@ class PendingRequest:
     timer: asyncio.TimerHandle | None = None
     call_chain: tuple[str, ...] = ()  # the models it was called from (business logic)
     background: bool = False  # a durable job's request: runs below every online request
+    request_id: str = ""  # the client's id (for backends that see requests one by one)
+    requested: tuple[str, ...] | None = None  # the outputs the client asked for; None: all
 
     @property
     def alive(self) -> bool:
@@ -76,6 +78,8 @@ def prepare(config: ModelConfig, request: InferRequest, background: bool = False
         time.perf_counter_ns(),
         call_chain=request.call_chain,
         background=background,
+        request_id=request.id,
+        requested=request.outputs,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fnserve.backends.base import Backend
+from fnserve.backends.base import Answer, Backend, OneRequest
 from fnserve.calls import CALL_CHAIN, CURRENT_CLIENT, ModelClient
 from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.errors import FnserveError, ModelExecutionError, OutOfMemoryError
@@ -24,6 +24,9 @@ from fnserve.tensors import numpy_dtype
 from fnserve.types import Array, ParamValue
 
 log = logging.getLogger(__name__)
+# What a batch gives back, one entry per request: its outputs, or (from a backend that takes
+# requests one by one) the error that fails that request alone.
+Results = Sequence[dict[str, Array] | Exception]
 
 
 class ExecutionTimes(NamedTuple):
@@ -41,6 +44,8 @@ class BatchRunner:
         self.config = config
         self.backend = backend
         self.is_async = backend.is_async
+        # Its models see each request of a batch (Triton's python backend): no merge, no split.
+        self.per_request = bool(getattr(backend, "per_request", False))
         self.client: ModelClient | None = None  # set when the model may call other models
         self._outputs = config.outputs
         self._dtypes = {t.name: numpy_dtype(t.datatype) for t in config.outputs}
@@ -48,8 +53,10 @@ class BatchRunner:
             config.name, debug_errors
         )  # stateless, so one serves every batch
 
-    def run(self, batch: Sequence[PendingRequest]) -> tuple[list[dict[str, Array]], ExecutionTimes]:
+    def run(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]:
         """Synchronous path (on the instance thread)."""
+        if self.per_request:
+            return self._run_each(batch)
         t0 = time.perf_counter_ns()
         inputs, parameters = merge_inputs(batch), [e.parameters for e in batch]
         t1 = time.perf_counter_ns()
@@ -74,10 +81,10 @@ class BatchRunner:
         outputs = self._outputs_of(result, rows)
         return outputs, ExecutionTimes(0, t2 - t1, time.perf_counter_ns() - t2)
 
-    async def arun(
-        self, batch: Sequence[PendingRequest]
-    ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
+    async def arun(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]:
         """Async path (on the event loop) for `async def` models."""
+        if self.per_request:
+            return await self._arun_each(batch)
         t0 = time.perf_counter_ns()
         inputs, parameters = merge_inputs(batch), [e.parameters for e in batch]
         t1 = time.perf_counter_ns()
@@ -88,6 +95,54 @@ class BatchRunner:
             return self._finish(batch, await self.acall(inputs, parameters), t0, t1)
         finally:
             _leave_calls(tokens)
+
+    def _run_each(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]:
+        """`run` for a backend that takes the requests one by one."""
+        t0 = time.perf_counter_ns()
+        requests = _one_by_one(batch)
+        tokens = None if self.client is None else self._enter_calls(batch)
+        try:
+            answers = self.backend.execute_each(requests)  # type: ignore[attr-defined]
+        except FnserveError:
+            raise
+        except Exception as exc:
+            raise self.model_error(exc, sum(e.rows for e in batch), len(batch)) from exc
+        finally:
+            if tokens is not None:
+                _leave_calls(tokens)
+        return self._finish_each(batch, answers, t0)
+
+    async def _arun_each(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]:
+        """`_run_each` for async backends."""
+        t0 = time.perf_counter_ns()
+        requests = _one_by_one(batch)
+        tokens = None if self.client is None else self._enter_calls(batch)
+        try:
+            answers = await self.backend.aexecute_each(requests)  # type: ignore[attr-defined]
+        except FnserveError:
+            raise
+        except Exception as exc:
+            raise self.model_error(exc, sum(e.rows for e in batch), len(batch)) from exc
+        finally:
+            if tokens is not None:
+                _leave_calls(tokens)
+        return self._finish_each(batch, answers, t0)
+
+    def _finish_each(
+        self, batch: Sequence[PendingRequest], answers: Sequence[Answer], t0: int
+    ) -> tuple[Results, ExecutionTimes]:
+        """Each request's answer, checked on its own: a bad one fails only its request."""
+        t1 = time.perf_counter_ns()
+        results: list[dict[str, Array] | Exception] = []
+        for entry, answer in zip(batch, answers, strict=True):
+            if isinstance(answer, Exception):
+                results.append(answer)
+                continue
+            try:
+                results.append(self.check_outputs(answer, entry.rows, entry.requested))
+            except FnserveError as exc:
+                results.append(exc)
+        return results, ExecutionTimes(0, t1 - t0, time.perf_counter_ns() - t1)
 
     def _enter_calls(self, batch: Sequence[PendingRequest]) -> tuple[Any, Any]:
         """Let the model's code call other models (`fnserve.infer`) for this batch: the
@@ -132,7 +187,7 @@ class BatchRunner:
 
     def _finish(
         self, batch: Sequence[PendingRequest], result: Any, t0: int, t1: int
-    ) -> tuple[list[dict[str, Array]], ExecutionTimes]:
+    ) -> tuple[Results, ExecutionTimes]:
         """Check and split the outputs; times are input merge, model call, output handling."""
         t2 = time.perf_counter_ns()
         results = self._split(batch, result)
@@ -147,9 +202,15 @@ class BatchRunner:
         outputs = self.config.plan.accept_outputs(result, rows)  # the common case, fast
         return self.check_outputs(result, rows) if outputs is None else outputs
 
-    def check_outputs(self, result: Any, rows: int) -> dict[str, Array]:
-        """Hold what the model returned to its declaration; one array per declared output."""
+    def check_outputs(
+        self, result: Any, rows: int, requested: tuple[str, ...] | None = None
+    ) -> dict[str, Array]:
+        """Hold what the model returned to its declaration; one array per declared output
+        (per output in `requested`, when given: a per-request model returns what was asked)."""
         name = self.config.name
+        outputs = self._outputs
+        if requested is not None:
+            outputs = [t for t in outputs if t.name in requested]
         if result is None or not isinstance(result, Mapping) and len(self._outputs) != 1:
             raise ModelExecutionError(
                 f"model '{name}' returned {_kind(result)}; it declares {self._declared()}, so "
@@ -159,14 +220,14 @@ class BatchRunner:
             )
         if not isinstance(result, Mapping):
             result = {self._outputs[0].name: result}
-        missing = [t.name for t in self._outputs if t.name not in result]
+        missing = [t.name for t in outputs if t.name not in result]
         if missing:
             returned = ", ".join(repr(str(k))[:40] for k in list(result)[:8]) or "nothing"
             raise ModelExecutionError(
                 f"model '{name}' returned output(s) {returned} but not "
                 f"{', '.join(missing)}; it declares {self._declared()}"
             )
-        return {t.name: self._check_output(t, result[t.name], rows) for t in self._outputs}
+        return {t.name: self._check_output(t, result[t.name], rows) for t in outputs}
 
     def _declared(self) -> str:
         return ", ".join(
@@ -200,6 +261,10 @@ class BatchRunner:
                 f"{self.config.full_shape(spec)}, got {list(array.shape)}"
             )
         return array
+
+
+def _one_by_one(batch: Sequence[PendingRequest]) -> list[OneRequest]:
+    return [OneRequest(e.inputs, e.parameters, e.requested, e.request_id) for e in batch]
 
 
 def split_outputs(

@@ -4,11 +4,11 @@ The file is imported under a name unique to its path and content (`user_modules.
 with fnserve's `pb_utils` installed as `triton_python_backend_utils`; each instance builds its
 own `TritonPythonModel` and calls `initialize(args)` with Triton's args dict.
 
-Batches: fnserve's backend seam hands over one merged batch (inputs concatenated along the
-batch dimension, one parameters mapping per original request), not the requests themselves.
-So `execute` gets ONE `InferenceRequest` holding the whole batch, as Triton's dynamic batcher
-does for a model that reads its inputs as batched tensors; a model that relies on seeing each
-request separately (per-request ids or parameters) sees one request instead.
+Batches: as in Triton, `execute` gets the list of the batch's requests, each with its own
+tensors, parameters, id and requested outputs, and returns one response per request in the same
+order. A response carrying a `TritonError` fails its request alone, with the status of the
+error's code (INVALID_ARG: 400 / INVALID_ARGUMENT, NOT_FOUND: 404, UNAVAILABLE: 503,
+UNSUPPORTED: 501, others 500) and the model's message as it wrote it.
 
 BLS: `execute` may call other models with `pb_utils.InferenceRequest(...).exec()` or, when it
 is an `async def`, `await request.async_exec()` (`bls.py`); an async execute's calls are
@@ -24,20 +24,62 @@ import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from fnserve.backends.base import ModelFileSpec
+from fnserve.backends.base import Answer, ModelFileSpec, OneRequest
 from fnserve.backends.triton_python import bls, pb_utils
-from fnserve.errors import ModelExecutionError, RepositoryError
+from fnserve.errors import (
+    FnserveError,
+    InvalidInputError,
+    ModelExecutionError,
+    ModelNotFoundError,
+    RepositoryError,
+    UnavailableError,
+    UnsupportedError,
+)
 from fnserve.model import InstanceContext
 from fnserve.types import Array, ParamValue
 from fnserve.user_modules import import_file
 
-__all__ = ["MODULE_ALIAS", "TritonPythonBackend", "TritonPythonBackendFactory", "initialize_args"]
+__all__ = [
+    "MODEL_CLASS",
+    "MODULE_ALIAS",
+    "TritonPythonBackend",
+    "TritonPythonBackendFactory",
+    "import_model",
+    "initialize_args",
+]
 
 MODULE_ALIAS = "triton_python_backend_utils"
 MODEL_CLASS = "TritonPythonModel"
 log = logging.getLogger(__name__)
+
+
+def import_model(path: Path) -> ModuleType:
+    """model.py, imported as Triton imports it: `triton_python_backend_utils` is fnserve's
+    pb_utils, the file's folder is its package (`from .helpers import x`), and its version and
+    model folders lead `sys.path` while it imports (`from helpers import x`). Modules found in
+    those folders leave `sys.modules` afterwards, so two models may each have a `helpers.py`
+    of their own (import them at the top of model.py, as the import happens then).
+
+    Raises:
+        ModelImportError: the file raised while importing.
+    """
+    sys.modules[MODULE_ALIAS] = pb_utils  # before the import: model.py imports it at the top
+    folders = [path.parent, path.parent.parent]
+    before = set(sys.modules)
+    sys.path[:0] = [str(f) for f in folders]
+    try:
+        return import_file(path, package=True)
+    finally:
+        for folder in folders:
+            sys.path.remove(str(folder))
+        for name in set(sys.modules) - before:
+            file = getattr(sys.modules[name], "__file__", None)
+            top_level = "." not in name
+            if top_level and file and any(Path(file).is_relative_to(f) for f in folders):
+                del sys.modules[name]
 
 
 def initialize_args(spec: ModelFileSpec, context: InstanceContext) -> dict[str, str]:
@@ -71,13 +113,13 @@ class TritonPythonBackend:
             constructor or `initialize` raises (naming the file, the line and the reason).
     """
 
+    per_request = True  # `execute` gets the batch's requests, not one merged request
+
     def __init__(self, spec: ModelFileSpec, context: InstanceContext) -> None:
         self._name = spec.config.name
         self._outputs = [t.name for t in spec.config.outputs]
         self._where = f"model '{self._name}' ({spec.path})"
-        sys.modules[MODULE_ALIAS] = pb_utils  # before the import: model.py imports it at the top
-        module = import_file(spec.path)
-        cls = getattr(module, MODEL_CLASS, None)
+        cls = getattr(import_model(spec.path), MODEL_CLASS, None)
         if not inspect.isclass(cls):
             raise RepositoryError(f"{self._where}: the file defines no class {MODEL_CLASS}")
         self._model: Any = self._load(spec.path, cls, initialize_args(spec, context))
@@ -106,18 +148,33 @@ class TritonPythonBackend:
 
     def execute(
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
-    ) -> dict[str, Array]:
-        """Run the batch as one request; the runner wraps what the model raises."""
-        return self._outputs_of(self._model.execute([self._request(inputs, parameters)]))
+    ) -> Mapping[str, Array]:
+        """One request (the direct lane: the runner takes batches to `execute_each`); the
+        runner wraps what the model raises."""
+        (answer,) = self.execute_each([_one(inputs, parameters)])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     async def aexecute(
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
-    ) -> dict[str, Array]:
+    ) -> Mapping[str, Array]:
+        (answer,) = await self.aexecute_each([_one(inputs, parameters)])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def execute_each(self, requests: Sequence[OneRequest]) -> list[Answer]:
+        """Run the batch's requests; one answer per request."""
+        responses = self._model.execute([self._request(r) for r in requests])
+        return self._answers(responses, requests)
+
+    async def aexecute_each(self, requests: Sequence[OneRequest]) -> list[Answer]:
         """For `async def execute` (Triton allows it): awaited on the server's event loop; the
         BLS calls it starts are cancelled with it."""
         with bls.async_execute_scope():
-            responses = await self._model.execute([self._request(inputs, parameters)])
-        return self._outputs_of(responses)
+            responses = await self._model.execute([self._request(r) for r in requests])
+        return self._answers(responses, requests)
 
     def unload(self) -> None:
         """Call `finalize()` once; its failure is logged: the instance goes regardless."""
@@ -129,36 +186,39 @@ class TritonPythonBackend:
             except Exception:
                 log.exception("%s: finalize() raised", self._where)
 
-    def _request(
-        self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
-    ) -> pb_utils.InferenceRequest:
+    def _request(self, request: OneRequest) -> pb_utils.InferenceRequest:
         return pb_utils.InferenceRequest(
             model_name=self._name,
-            requested_output_names=self._outputs,
-            inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
-            parameters=_shared(parameters),
+            requested_output_names=request.requested or self._outputs,
+            inputs=[pb_utils.Tensor(name, array) for name, array in request.inputs.items()],
+            request_id=request.request_id,
+            parameters=dict(request.parameters),
         )
 
-    def _outputs_of(self, responses: Any) -> dict[str, Array]:
-        """The one response's tensors, by name; an error response fails the batch with its
-        message (the model wrote it for the client, so it is passed on as it is)."""
-        if not isinstance(responses, list | tuple) or len(responses) != 1:
+    def _answers(self, responses: Any, requests: Sequence[OneRequest]) -> list[Answer]:
+        """Each response's tensors by name, or the error it carries for its client (passed on
+        as the model wrote it, with the status of its code)."""
+        if not isinstance(responses, list | tuple) or len(responses) != len(requests):
             raise ModelExecutionError(
                 f"model '{self._name}': execute() must return a list of one "
-                f"pb_utils.InferenceResponse per request (it got 1 request), returned "
+                f"pb_utils.InferenceResponse per request (it got {len(requests)}), returned "
                 f"{_describe(responses)}"
             )
-        (response,) = responses
-        if not isinstance(response, pb_utils.InferenceResponse):
-            raise ModelExecutionError(
-                f"model '{self._name}': execute() returned {_describe(response)} in its list, "
-                f"not a pb_utils.InferenceResponse"
-            )
-        error = response.error()
-        if error is not None:
-            message = error.message() if isinstance(error, pb_utils.TritonError) else str(error)
-            raise ModelExecutionError(f"model '{self._name}' returned an error: {message}")
-        return {tensor.name(): tensor.as_numpy() for tensor in response.output_tensors()}
+        answers: list[Answer] = []
+        for response in responses:
+            if not isinstance(response, pb_utils.InferenceResponse):
+                raise ModelExecutionError(
+                    f"model '{self._name}': execute() returned {_describe(response)} in its "
+                    f"list, not a pb_utils.InferenceResponse"
+                )
+            error = response.error()
+            if error is None:
+                answers.append({t.name(): t.as_numpy() for t in response.output_tensors()})
+            elif isinstance(error, pb_utils.TritonError):
+                answers.append(_ERRORS.get(error.code(), ModelExecutionError)(error.message()))
+            else:
+                answers.append(ModelExecutionError(str(error)))
+        return answers
 
 
 class TritonPythonBackendFactory:
@@ -174,13 +234,17 @@ class TritonPythonBackendFactory:
         return TritonPythonBackend(self.spec, context)
 
 
-def _shared(parameters: Sequence[Mapping[str, ParamValue]]) -> dict[str, ParamValue]:
-    """The parameters every request of the batch agrees on: with one request, its own; never
-    one request's value shown as another's."""
-    if not parameters:
-        return {}
-    first, *rest = parameters
-    return {k: v for k, v in first.items() if all(k in p and p[k] == v for p in rest)}
+def _one(inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]) -> OneRequest:
+    return OneRequest(inputs, parameters[0] if len(parameters) == 1 else {}, None, "")
+
+
+# The error a client gets for a TritonError code in a response (others: 500 / INTERNAL).
+_ERRORS: dict[int, type[FnserveError]] = {
+    pb_utils.TritonError.INVALID_ARG: InvalidInputError,
+    pb_utils.TritonError.NOT_FOUND: ModelNotFoundError,
+    pb_utils.TritonError.UNAVAILABLE: UnavailableError,
+    pb_utils.TritonError.UNSUPPORTED: UnsupportedError,
+}
 
 
 def _line(path: Path, exc: BaseException) -> str:

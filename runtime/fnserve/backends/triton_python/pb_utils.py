@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -38,16 +39,20 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "Logger",
+    "ModelConfig",
     "Tensor",
     "TritonError",
     "TritonModelException",
+    "deserialize_bytes_tensor",
     "get_input_config_by_name",
     "get_input_tensor_by_name",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
     "numpy_to_triton_type",
+    "serialize_byte_tensor",
     "triton_string_to_numpy",
     "triton_to_numpy_type",
+    "using_decoupled_model_transaction_policy",
 ]
 
 log = logging.getLogger("fnserve.triton_python")
@@ -137,6 +142,10 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray[Any, Any]:
+        """The array, writable as Triton's are: a request's tensor may still be the read-only
+        buffer it arrived in, which is then copied (once) before the model may touch it."""
+        if not self._array.flags.writeable:
+            self._array = self._array.copy()
         return self._array
 
     def shape(self) -> list[int]:
@@ -150,10 +159,10 @@ class Tensor:
 
     def to_dlpack(self) -> Any:
         """A DLPack capsule of the array (numpy's; BYTES tensors have none)."""
-        return self._array.__dlpack__()
+        return self.as_numpy().__dlpack__()
 
     def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._array.__dlpack__(**kwargs)
+        return self.as_numpy().__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         device: tuple[int, int] = self._array.__dlpack_device__()
@@ -205,7 +214,7 @@ class InferenceRequest:
 
     def __init__(
         self,
-        model_name: str = "",
+        model_name: str | bytes = "",
         requested_output_names: Sequence[str] = (),
         inputs: Sequence[Tensor] = (),
         request_id: str = "",
@@ -216,7 +225,9 @@ class InferenceRequest:
         parameters: Mapping[str, Any] | str | None = None,
         **_others: Any,  # preferred_memory, trace: outputs are host memory, nothing is traced
     ) -> None:
-        self.model_name = model_name
+        # Triton's binding takes the name as text; models often pass it straight from a BYTES
+        # input (`as_numpy()[0]`), which is bytes here.
+        self.model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self.model_version = model_version
         self._requested = list(requested_output_names)
         self._inputs = list(inputs)
@@ -427,6 +438,120 @@ def numpy_to_triton_type(data_type: Any) -> int | None:
     if dtype.kind == "S":
         return _NUMPY_TO_CODE[np.dtype(np.object_)]
     return _NUMPY_TO_CODE.get(dtype)
+
+
+class ModelConfig:
+    """The config `TritonPythonModel.auto_complete_config(auto_complete_model_config)` gets
+    and returns: Triton's JSON form of config.pbtxt (or of nothing), completed by the model.
+
+    Args:
+        model_config: the config, as a dict or its JSON text.
+    """
+
+    def __init__(self, model_config: Mapping[str, Any] | str) -> None:
+        loaded = json.loads(model_config) if isinstance(model_config, str) else model_config
+        self._config: dict[str, Any] = dict(loaded)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self._config
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        """Sets it unless the config set another value (which wins, as in Triton)."""
+        current = int(self._config.get("max_batch_size", 0) or 0)
+        if current not in (0, max_batch_size):
+            raise TritonModelException(
+                f"the configuration specifies max_batch_size {current}, but "
+                f"auto_complete_config sets {max_batch_size}"
+            )
+        self._config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self) -> None:
+        """Turns dynamic batching on (keeping its fields when the config set them)."""
+        if "sequence_batching" in self._config:
+            raise TritonModelException(
+                "set_dynamic_batching: the configuration uses sequence_batching"
+            )
+        self._config.setdefault("dynamic_batching", {})
+
+    def add_input(self, input: Mapping[str, Any]) -> None:  # Triton's parameter name
+        self._add("input", input)
+
+    def add_output(self, output: Mapping[str, Any]) -> None:
+        self._add("output", output)
+
+    def add_model_warmup(self, model_warmup: Mapping[str, Any]) -> None:
+        self._config.setdefault("model_warmup", []).append(dict(model_warmup))
+
+    def set_model_transaction_policy(self, transaction_policy_dict: Mapping[str, Any]) -> None:
+        self._config["model_transaction_policy"] = dict(transaction_policy_dict)
+
+    def _add(self, kind: str, tensor: Mapping[str, Any]) -> None:
+        """Adds the tensor, or fills what the config's tensor of that name leaves out; a
+        datatype or dims that differ from the config's are an error, as in Triton."""
+        missing = [key for key in ("name", "data_type", "dims") if key not in tensor]
+        if missing:
+            raise TritonModelException(
+                f"add_{kind}: the {kind} needs {', '.join(missing)} (got {dict(tensor)})"
+            )
+        declared = self._config.setdefault(kind, [])
+        found = next((t for t in declared if t.get("name") == tensor["name"]), None)
+        if found is None:
+            declared.append(dict(tensor))
+            return
+        for key in ("data_type", "dims"):
+            mine, theirs = found.get(key), tensor[key]
+            if key == "dims" and mine is not None:
+                mine, theirs = [int(d) for d in mine], [int(d) for d in theirs]
+            if mine not in (None, "", "TYPE_INVALID", []) and mine != theirs:
+                raise TritonModelException(
+                    f"add_{kind}: {kind} '{tensor['name']}' has {key} {mine} in the "
+                    f"configuration, but auto_complete_config gives {theirs}"
+                )
+            found[key] = tensor[key]
+
+
+# Triton's request and response flags, for models that test them.
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+_LENGTH = struct.Struct("<I")
+
+
+def serialize_byte_tensor(input_tensor: Any) -> np.ndarray[Any, Any]:
+    """A BYTES array as Triton's wire form: each element (bytes, or text encoded as UTF-8)
+    as a 4-byte little-endian length and its bytes, all in one 0-d object array."""
+    array = np.asarray(input_tensor)
+    if array.size == 0:
+        return np.empty([0], dtype=np.object_)
+    if array.dtype != np.object_ and array.dtype.type is not np.bytes_:
+        raise TritonModelException(
+            f"pb_utils.serialize_byte_tensor: expected an object or bytes array, got {array.dtype}"
+        )
+    parts: list[bytes] = []
+    for item in array.flat:
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts += (_LENGTH.pack(len(data)), data)
+    return np.asarray(b"".join(parts), dtype=np.object_)
+
+
+def deserialize_bytes_tensor(encoded_tensor: Any) -> np.ndarray[Any, Any]:
+    """The elements of `serialize_byte_tensor`'s form, as a 1-d object array of bytes."""
+    buffer = bytes(encoded_tensor)
+    items, offset = [], 0
+    while offset < len(buffer):
+        (length,) = _LENGTH.unpack_from(buffer, offset)
+        offset += _LENGTH.size
+        items.append(buffer[offset : offset + length])
+        offset += length
+    return np.array(items, dtype=np.object_)
+
+
+def using_decoupled_model_transaction_policy(model_config: Mapping[str, Any]) -> bool:
+    """Whether a config dict makes the model decoupled (never, for a model fnserve loads)."""
+    policy = model_config.get("model_transaction_policy") or {}
+    return bool(policy.get("decoupled", False))
 
 
 def __getattr__(name: str) -> NoReturn:

@@ -24,7 +24,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fnserve
 from fnserve import errors
@@ -34,7 +34,7 @@ from fnserve.model import InstanceContext, ModelDefinition
 from fnserve.scheduling.process.channel import pack, recv_message, unpack_length
 from fnserve.scheduling.process.shm import SharedBuffer, create_memory_file
 from fnserve.scheduling.request import PendingRequest
-from fnserve.scheduling.runner import ExecutionTimes, split_outputs
+from fnserve.scheduling.runner import ExecutionTimes, Results, split_outputs
 from fnserve.scheduling.threads import run_in_daemon_thread
 from fnserve.types import Array
 
@@ -104,9 +104,10 @@ class ProcessInstance:
 
     def start(
         self, batch: Sequence[PendingRequest]
-    ) -> asyncio.Future[tuple[list[dict[str, Array]], ExecutionTimes]]:
+    ) -> asyncio.Future[tuple[Results, ExecutionTimes]]:
         """Begin one batch in the worker (the pool's `Instance.start`)."""
-        return asyncio.ensure_future(self.run(batch))
+        future = asyncio.ensure_future(self.run(batch))
+        return cast("asyncio.Future[tuple[Results, ExecutionTimes]]", future)  # every one a dict
 
     async def run(
         self, batch: Sequence[PendingRequest]
