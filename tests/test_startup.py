@@ -43,7 +43,7 @@ def _serve(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode != 0
+    assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1, result.stderr
@@ -119,3 +119,17 @@ def test_two_files_defining_one_model_name_both(tmp_path: Path) -> None:
     assert "model 'good' version 1 is defined twice" in line
     assert f"{tmp_path / 'a.py'}:5" in line
     assert f"{tmp_path / 'b.py'}:7" in line
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--load-model", "good"], "--load-model requires --model-control-mode explicit"),
+        (["--watch", "--model-control-mode", "poll"], "--watch cannot be combined"),
+    ],
+)
+def test_a_bad_combination_of_settings_is_one_line(
+    tmp_path: Path, flags: list[str], expected: str
+) -> None:
+    (tmp_path / "good.py").write_text(GOOD)
+    assert expected in _one_line_error(_serve(tmp_path, *flags))

@@ -454,7 +454,10 @@ def serve_command(paths: tuple[Path | str, ...], **options: Any) -> None:
     """Serve the @model functions and Triton model directories found in PATHS (Python files,
     folders, or s3://bucket/prefix repositories, copied to --model-cache), and the
     deployments kept in --state-dir."""
-    config = ServerConfig.from_mapping(options)
+    try:  # a setting mistake (--load-model without explicit mode, ...): one line, no traceback
+        config = ServerConfig.from_mapping(options)
+    except FnserveError as exc:
+        raise click.ClickException(exc.message) from exc
     configure(config.log_level, config.log_format)
     try:
         runtime, mirrors = build_runtime(paths, config)
