@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.repository.onnx_models import add_one
 from tests.serverproc import ServerProcess
@@ -86,6 +88,52 @@ def test_python_ensemble_with_bytes(server: ServerProcess) -> None:
     np.testing.assert_array_equal(result, np.array([[30.0], [50.0]], np.float32))
     index = {e["name"]: e["state"] for e in http.get_model_repository_index()}
     assert index["pipeline"] == index["measure"] == index["score"] == "READY"
+
+
+def _metric(server: ServerProcess, name: str, model: str) -> float:
+    for line in httpx.get(server.metrics).text.splitlines():
+        if line.startswith(f'{name}{{model="{model}",version="1"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} for {model}")
+
+
+def test_an_ensemble_counts_its_requests_and_executions(tmp_path: Path) -> None:
+    """As Triton's ensemble scheduler: each successful request is one execution of the
+    ensemble over its batch size (a request's rows; 1 without batching)."""
+    add_one(tmp_path / "repo" / "add_one" / "1" / "model.onnx")
+    (tmp_path / "repo" / "add_two" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "add_two" / "config.pbtxt").write_text(ADD_TWO)
+    (tmp_path / "functions").mkdir()
+    (tmp_path / "functions" / "pipeline.py").write_text(PIPELINE)
+    with ServerProcess.start(tmp_path / "repo", tmp_path / "functions") as server:
+        http = httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+        grpc = grpcclient.InferenceServerClient(server.grpc)
+        for rows in (2, 3):
+            tensor = httpclient.InferInput("IN", [rows, 4], "FP32")
+            tensor.set_data_from_numpy(np.zeros((rows, 4), np.float32))
+            http.infer("add_two", [tensor])
+        text = grpcclient.InferInput("TEXT", [4, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[b"a"]] * 4, dtype=object))
+        grpc.infer("pipeline", [text])
+        bad = httpclient.InferInput("IN", [1, 5], "FP32")  # refused: not counted
+        bad.set_data_from_numpy(np.zeros((1, 5), np.float32))
+        with pytest.raises(InferenceServerException):
+            http.infer("add_two", [bad])
+        for model, requests, rows in (("add_two", 2, 5), ("pipeline", 1, 4)):
+            stats = grpc.get_inference_statistics(model, as_json=True)["model_stats"][0]
+            assert stats["inference_stats"]["success"]["count"] == str(requests)
+            assert (stats["inference_count"], stats["execution_count"]) == (
+                str(rows),
+                str(requests),
+            )
+            assert _metric(server, "nv_inference_count", model) == rows
+            assert _metric(server, "nv_inference_exec_count", model) == requests
+        batches = http.get_inference_statistics("add_two")["model_stats"][0]["batch_stats"]
+        assert sorted((b["batch_size"], b["compute_infer"]["count"]) for b in batches) == [
+            (2, 1),
+            (3, 1),
+        ]
+        assert server.stop() == 0
 
 
 def test_a_missing_step_model_fails_the_request_naming_it(tmp_path: Path) -> None:

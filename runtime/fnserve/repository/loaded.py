@@ -136,7 +136,7 @@ class LoadedModel:
             if caller is None:
                 raise RepositoryError(f"ensemble '{self.config.name}' needs a runtime to call")
             self.scheduler = self.ensemble = EnsembleScheduler(
-                self.config, caller, defaults.max_queue_size
+                self.config, caller, defaults.max_queue_size, self.stats
             )
         else:
             scheduler = scheduler_for(self.config, self.pool, defaults.max_queue_size, maker.inline)

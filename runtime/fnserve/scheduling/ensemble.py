@@ -17,22 +17,37 @@ from typing import Any, NamedTuple
 from fnserve.config.model_config import EnsembleStep, ModelConfig
 from fnserve.errors import FnserveError, ModelExecutionError, QueueFullError
 from fnserve.scheduling.request import PendingRequest
+from fnserve.stats import ModelStats
 from fnserve.types import Array, InferInput, InferRequest, ModelCaller
 
 
 class EnsembleScheduler:
     """Runs ensemble requests, at most `max_inflight` at once (0: no bound).
 
+    Each request that succeeds counts as one execution of the ensemble over its batch size in
+    `stats`, as Triton's ensemble scheduler counts it (`UpdateInferBatchStatsWithDuration` when
+    the last step ends): `execution_count` + 1 and `inference_count` + the request's rows (1
+    without batching). Triton's ensemble compute durations are the sums of its steps'; fnserve
+    does not carry those back from the steps, so the ensemble's compute durations stay 0.
+
     Args:
         config: the ensemble's config (its `ensemble` steps).
         caller: what calls the composing models (the runtime).
         max_inflight: requests running at once before new ones are refused (QueueFullError).
+        stats: the ensemble's statistics record.
     """
 
-    def __init__(self, config: ModelConfig, caller: ModelCaller, max_inflight: int) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        caller: ModelCaller,
+        max_inflight: int,
+        stats: ModelStats,
+    ) -> None:
         self._config = config
         self._caller = caller
         self._max_inflight = max_inflight
+        self._stats = stats
         self._running: set[asyncio.Task[Any]] = set()  # the callers' tasks
         self._failed: dict[asyncio.Task[Any], Exception] = {}  # those fail_queued ended
         self._chain = chain_of(config)
@@ -60,8 +75,11 @@ class EnsembleScheduler:
         try:
             chain = (*call_chain, self._config.name)
             if self._chain is not None and len(inputs) == len(self._config.inputs):
-                return await run_chain(self._config, self._chain, inputs, self._caller, chain)
-            return await run_steps(self._config, inputs, self._caller, chain)
+                outputs = await run_chain(self._config, self._chain, inputs, self._caller, chain)
+            else:
+                outputs = await run_steps(self._config, inputs, self._caller, chain)
+            self._stats.record_batch(self._rows(inputs), [0], 0, 0, 0)
+            return outputs
         except asyncio.CancelledError:
             error = self._failed.pop(task, None)
             if error is not None and task.uncancel() == 0:  # fail_queued ended it: its error
@@ -74,6 +92,12 @@ class EnsembleScheduler:
         finally:
             self._running.discard(task)
             self._failed.pop(task, None)  # failed as it finished: nothing left to cancel
+
+    def _rows(self, inputs: Mapping[str, Array]) -> int:
+        """The request's batch size as Triton counts it: its rows, at least 1."""
+        if not self._config.batching or not inputs:
+            return 1
+        return max(1, len(next(iter(inputs.values()))))
 
     def queued(self) -> int:
         return len(self._running)
