@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
@@ -23,7 +24,7 @@ from typing import Any, NamedTuple
 
 from fnserve import __version__
 from fnserve.backends.base import ModelSpec
-from fnserve.config.model_config import ModelConfig, Tensor
+from fnserve.config.model_config import ModelConfig, Tensor, VersionPolicy
 from fnserve.config.server import ModelDefaults
 from fnserve.errors import (
     CancelledError,
@@ -42,7 +43,7 @@ from fnserve.repository.discover import ImportFailure
 from fnserve.repository.footprint import Footprint
 from fnserve.repository.handle import ModelHandle
 from fnserve.repository.idle import reap_idle
-from fnserve.repository.loaded import LoadedModel
+from fnserve.repository.loaded import LoadedModel, placed_groups
 from fnserve.repository.registry import ModelRegistry
 from fnserve.repository.source import ModelSource
 from fnserve.scheduling.request import checked, prepare
@@ -227,6 +228,20 @@ class Runtime:
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         """Configuration of a ready version (errors as for `model_metadata`)."""
         return self.registry.resolve(name, version, need_ready=True).config
+
+    def reported_config(self, name: str, version: str = "") -> ModelConfig:
+        """`model_config` as the config API reports it, the way Triton does: each instance
+        group as placed (KIND_AUTO resolved to KIND_CPU or KIND_GPU with its GPUs), and a
+        version policy also for an @model (which has none): `all` when its code defines
+        several versions of the name (all of them are served), else the latest one."""
+        config = self.model_config(name, version)
+        policy = config.version_policy
+        if policy is None:
+            several = len(self.registry.versions(name)) > 1
+            policy = VersionPolicy("all") if several else VersionPolicy()
+        return dataclasses.replace(
+            config, version_policy=policy, instance_group=placed_groups(config)
+        )
 
     def statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
         """Statistics of one model's ready versions (or of every model version when `name`

@@ -77,6 +77,34 @@ def test_errors_name_the_file_and_the_field(text: str, message: str) -> None:
     assert message in str(caught.value)
 
 
+def test_decoupled_false_is_served_and_decoupled_true_refused() -> None:
+    """Many real configs state Triton's default, `decoupled: false`, explicitly."""
+    text = 'name: "m"\nmodel_transaction_policy { decoupled: false }'
+    message = parse_config(text, "m/config.pbtxt")
+    assert not message.model_transaction_policy.decoupled
+    with pytest.raises(ModelConfigError) as caught:
+        parse_config(text.replace("false", "true"), "m/config.pbtxt")
+    assert "field 'model_transaction_policy.decoupled' is not supported: decoupled" in str(
+        caught.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", {"latest": {"num_versions": 1}}),  # Triton's default
+        ("version_policy { latest { num_versions: 2 } }", {"latest": {"num_versions": 2}}),
+        ("version_policy { all { } }", {"all": {}}),
+        ("version_policy { specific { versions: [ 3, 1 ] } }", {"specific": {"versions": [3, 1]}}),
+    ],
+)
+def test_the_version_policy_is_reported_as_configured(text: str, expected: object) -> None:
+    message = parse_config(f'name: "m"\n{text}', "c")
+    message.input.add(name="X", data_type=11, dims=[1])
+    message.output.add(name="Y", data_type=11, dims=[1])
+    assert to_model_config(message, 1).to_json()["version_policy"] == expected
+
+
 def test_a_missing_datatype_is_refused() -> None:
     message = parse_config('name: "m"\ninput [ { name: "X" dims: [ 1 ] } ]', "c")
     message.output.add(name="Y", data_type=1, dims=[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -13,7 +14,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.repository.onnx_models import repository, scale
+from fnserve.backends.devices import cuda_device_count
+from tests.repository.onnx_models import add_one, repository, scale
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -27,11 +29,41 @@ def echo(X: np.ndarray) -> np.ndarray:
 """
 
 
+TWICE = """
+import numpy as np
+from fnserve import Tensor, model
+
+@model(name="twice", version=1, inputs=[Tensor("X", "FP32", [1])],
+       outputs=[Tensor("Y", "FP32", [1])])
+def twice_v1(X: np.ndarray) -> np.ndarray:
+    return X
+
+@model(name="twice", version=2, inputs=[Tensor("X", "FP32", [1])],
+       outputs=[Tensor("Y", "FP32", [1])])
+def twice_v2(X: np.ndarray) -> np.ndarray:
+    return X * 2
+"""
+# Triton's default, stated as many real configs do; with a specific version and KIND_AUTO.
+TRANSACTIONAL = """
+model_transaction_policy { decoupled: false }
+version_policy { specific { versions: [ 1 ] } }
+instance_group [ { count: 2 kind: KIND_AUTO } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = repository(tmp_path_factory.mktemp("model_repository"))
+    for name in ("transactional", "decoupled"):
+        add_one(root / name / "1" / "model.onnx")
+        add_one(root / name / "2" / "model.onnx")
+        (root / name / "config.pbtxt").write_text(TRANSACTIONAL)
+    (root / "decoupled" / "config.pbtxt").write_text(
+        TRANSACTIONAL.replace("decoupled: false", "decoupled: true")
+    )
     functions = tmp_path_factory.mktemp("functions")
     (functions / "echo.py").write_text(ECHO)
+    (functions / "twice.py").write_text(TWICE)
     with ServerProcess.start(root, functions) as running:
         yield running
         assert running.stop() == 0
@@ -80,6 +112,54 @@ def test_bad_directories_fail_alone_with_their_reason(server: ServerProcess) -> 
     assert "garbage" in index["garbage"]["reason"]
     with pytest.raises(InferenceServerException, match="sequence_batching"):
         _http(server).get_model_metadata("sequenced")
+
+
+def test_decoupled_false_serves_and_decoupled_true_fails_with_the_reason(
+    server: ServerProcess,
+) -> None:
+    client = _http(server)
+    assert client.is_model_ready("transactional")
+    index = {e["name"]: e for e in client.get_model_repository_index()}
+    assert index["decoupled"]["state"] == "UNAVAILABLE"
+    reason = index["decoupled"]["reason"]
+    assert "field 'model_transaction_policy.decoupled' is not supported" in reason
+    assert "decoupled models" in reason
+    grpc = grpcclient.InferenceServerClient(server.grpc)
+    config = grpc.get_model_config("transactional").config
+    assert not config.model_transaction_policy.decoupled
+
+
+@pytest.mark.parametrize(
+    ("model", "policy"),
+    [
+        ("add_one", {"latest": {"num_versions": 1}}),  # none configured: Triton's default
+        ("scale", {"all": {}}),
+        ("transactional", {"specific": {"versions": [1]}}),
+        ("echo", {"latest": {"num_versions": 1}}),  # an @model: one version
+        ("twice", {"all": {}}),  # an @model whose code defines two versions: both serve
+    ],
+)
+def test_the_config_api_reports_the_version_policy(
+    server: ServerProcess, model: str, policy: dict[str, dict[str, Any]]
+) -> None:
+    assert _http(server).get_model_config(model)["version_policy"] == policy
+    grpc = grpcclient.InferenceServerClient(server.grpc)
+    reported = grpc.get_model_config(model).config.version_policy
+    assert reported.WhichOneof("policy_choice") == next(iter(policy))
+    assert reported.latest.num_versions == policy.get("latest", {}).get("num_versions", 0)
+    assert list(reported.specific.versions) == policy.get("specific", {}).get("versions", [])
+
+
+def test_kind_auto_is_reported_as_the_kind_it_ran_on(server: ServerProcess) -> None:
+    """As Triton: KIND_AUTO resolves to KIND_GPU on every GPU, else KIND_CPU."""
+    gpus = cuda_device_count()
+    expected = ("KIND_GPU", list(range(gpus))) if gpus else ("KIND_CPU", [])
+    for model in ("transactional", "add_one", "echo"):
+        (group,) = _http(server).get_model_config(model)["instance_group"]
+        assert (group["kind"], group["gpus"]) == expected
+    grpc = grpcclient.InferenceServerClient(server.grpc)
+    (group,) = grpc.get_model_config("transactional", as_json=True)["config"]["instance_group"]
+    assert (group["kind"], group["count"]) == (expected[0], 2)
 
 
 def test_wrong_input_shape_is_a_clear_400(server: ServerProcess) -> None:

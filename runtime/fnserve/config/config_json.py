@@ -11,6 +11,7 @@ from fnserve.config.records import (
     InstanceGroup,
     QueuePolicy,
     Tensor,
+    VersionPolicy,
     Warmup,
 )
 from fnserve.tensors import config_type
@@ -25,7 +26,7 @@ def config_json(config: ModelConfig) -> dict[str, Any]:
         "name": config.name,
         "platform": config.platform,
         "backend": config.backend,
-        "version_policy": {"specific": {"versions": [config.version]}},
+        "version_policy": _version_policy_json(config.version_policy or VersionPolicy()),
         "max_batch_size": config.max_batch_size,
         "input": [_input_json(t) for t in config.inputs],
         "output": [_output_json(t) for t in config.outputs],
@@ -33,6 +34,7 @@ def config_json(config: ModelConfig) -> dict[str, Any]:
             _group_json(config.name, i, g) for i, g in enumerate(config.instance_group)
         ],
         "parameters": {k: {"string_value": v} for k, v in config.parameters.items()},
+        "model_transaction_policy": {"decoupled": False},  # the only one fnserve serves
     }
     if config.dynamic_batching is not None:
         doc["dynamic_batching"] = _batching_json(config.dynamic_batching)
@@ -41,6 +43,14 @@ def config_json(config: ModelConfig) -> dict[str, Any]:
     if config.ensemble:
         doc["ensemble_scheduling"] = {"step": [_step_json(s) for s in config.ensemble]}
     return doc
+
+
+def _version_policy_json(p: VersionPolicy) -> dict[str, Any]:
+    if p.choice == "latest":
+        return {"latest": {"num_versions": p.num_versions}}
+    if p.choice == "all":
+        return {"all": {}}
+    return {"specific": {"versions": list(p.versions)}}
 
 
 def _step_json(s: EnsembleStep) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from fnserve.config.records import (
     QueuePolicy,
     Tensor,
     TimeoutAction,
+    VersionPolicy,
     Warmup,
     WarmupInput,
     freeze_field,
@@ -48,6 +49,7 @@ __all__ = [
     "QueuePolicy",
     "Tensor",
     "TimeoutAction",
+    "VersionPolicy",
     "Warmup",
     "WarmupInput",
 ]
@@ -77,6 +79,9 @@ class ModelConfig:
     platform: str = ""  # Triton's platform name, when a config.pbtxt gives one
     warmup: Sequence[Warmup] = ()
     ensemble: Sequence[EnsembleStep] = ()  # the steps of an ensemble (platform "ensemble")
+    # A config.pbtxt's (Triton's default when it gives none); None for an @model, whose code
+    # says which versions exist (the config API reports what it serves).
+    version_policy: VersionPolicy | None = None
 
     def __post_init__(self) -> None:
         for name in ("inputs", "outputs", "instance_group", "warmup", "ensemble"):

@@ -26,6 +26,7 @@ from fnserve.config.model_config import (
     ModelConfig,
     QueuePolicy,
     Tensor,
+    VersionPolicy,
     Warmup,
     WarmupInput,
 )
@@ -68,6 +69,8 @@ _SUPPORTED = frozenset(
         "optimization.execution_accelerators.cpu_execution_accelerator",
         "optimization.execution_accelerators.cpu_execution_accelerator.name",
         "optimization.execution_accelerators.cpu_execution_accelerator.parameters",
+        # `decoupled: false` (the default, which many configs state) sets no field inside
+        "model_transaction_policy",
     }
 )  # fmt: skip
 # Every field of a queue policy is supported.
@@ -95,7 +98,8 @@ _UNSUPPORTED = {
     "batch_input": "batch inputs are not implemented",
     "batch_output": "batch outputs are not implemented",
     "response_cache": "the response cache is not implemented",
-    "model_transaction_policy": "decoupled models are not implemented",
+    "model_transaction_policy.decoupled": "decoupled models (several responses per request) "
+    "are not implemented; only decoupled: false is served",
 }
 
 
@@ -205,6 +209,7 @@ def to_model_config(
             EnsembleStep(s.model_name, dict(s.input_map), dict(s.output_map), s.model_version)
             for s in message.ensemble_scheduling.step
         ],
+        version_policy=_version_policy(message.version_policy),
     )
 
 
@@ -242,6 +247,16 @@ def _warmup(w: pb.ModelWarmup, warmup_dir: Path | None) -> Warmup:
             data = "zero"
         inputs[name] = WarmupInput(datatype(i.data_type, where), list(i.dims), data)
     return Warmup(w.name, inputs, w.batch_size, w.count or 1)
+
+
+def _version_policy(p: pb.ModelVersionPolicy) -> VersionPolicy:
+    """The policy as configured; none is Triton's default, the latest version."""
+    choice = p.WhichOneof("policy_choice")
+    if choice == "all":
+        return VersionPolicy("all")
+    if choice == "specific":
+        return VersionPolicy("specific", versions=list(p.specific.versions))
+    return VersionPolicy(num_versions=p.latest.num_versions if choice == "latest" else 1)
 
 
 def _tensor(t: Any, model: str, optional: bool = False) -> Tensor:

@@ -141,6 +141,27 @@ class InstanceGroup:
 
 
 @dataclass(frozen=True)
+class VersionPolicy:
+    """Triton's ModelVersionPolicy: which versions of a model directory are served.
+
+    Args:
+        choice: "latest" (the `num_versions` highest), "all", or "specific" (`versions`).
+        num_versions: how many of the latest versions, for "latest".
+        versions: the versions served, for "specific".
+
+    Example:
+        `VersionPolicy("specific", versions=[1, 3])`
+    """
+
+    choice: Literal["latest", "all", "specific"] = "latest"
+    num_versions: int = 1
+    versions: Sequence[int] = ()
+
+    def __post_init__(self) -> None:
+        freeze_field(self, "versions", tuple)
+
+
+@dataclass(frozen=True)
 class WarmupInput:
     """One input of a warmup request (Triton's ModelWarmup.Input).
 

@@ -319,6 +319,24 @@ def placements(config: ModelConfig) -> list[Placement]:
     return result
 
 
+def placed_groups(config: ModelConfig) -> tuple[InstanceGroup, ...]:
+    """The instance groups as their instances are placed, as Triton's config API reports them:
+    KIND_AUTO as the kind it resolved to, and a GPU group with the GPUs it runs on."""
+    placed = []
+    for group in config.instance_group:
+        try:
+            devices = _group_devices(config.name, group)
+        except RepositoryError:  # not placeable (then not loaded either): as configured
+            placed.append(group)
+            continue
+        kind = devices[0][0]
+        gpus = (
+            [int(device.partition(":")[2]) for _, device in devices] if kind == "KIND_GPU" else []
+        )
+        placed.append(dataclasses.replace(group, kind=kind, gpus=gpus))  # type: ignore[arg-type]
+    return tuple(placed)
+
+
 def _group_devices(model: str, group: InstanceGroup) -> list[tuple[str, str]]:
     gpus = cuda_device_count()
     if group.kind == "KIND_CPU" or (group.kind == "KIND_AUTO" and not gpus):

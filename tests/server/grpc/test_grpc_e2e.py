@@ -112,7 +112,7 @@ class TestHealthAndMetadata:
         for entry in runtime.repository_index(ready=True):  # others: 404 / 503
             metadata = runtime.model_metadata(entry.name)
             pairs.append((documents.model_metadata(metadata), messages.model_metadata(metadata)))
-            config = runtime.model_config(entry.name)
+            config = runtime.reported_config(entry.name)
             pairs.append((config.to_json(), messages.model_config(config).config))
         for doc, message in pairs:
             assert json_format.ParseDict(doc, type(message)()) == message

@@ -121,7 +121,7 @@ class InferenceService(GRPCInferenceServiceBase):
 
     async def _model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
         return messages.model_config(
-            self._runtime.model_config(request.name, self._version(request))
+            self._runtime.reported_config(request.name, self._version(request))
         )
 
     async def ModelStatistics(

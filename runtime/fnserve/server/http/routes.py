@@ -104,7 +104,7 @@ class _Endpoints:
         return json_response(documents.model_metadata(metadata))
 
     async def model_config(self, request: Request) -> Response:
-        config = self.runtime.model_config(
+        config = self.runtime.reported_config(
             request.path_params["model_name"], self._version(request)
         )
         return json_response(config.to_json())
