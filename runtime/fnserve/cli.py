@@ -258,12 +258,12 @@ def main() -> None:
 )
 @click.option(
     "--model-control-mode",
-    default="none",
-    show_default=True,
+    default=None,
     type=click.Choice(["none", "explicit", "poll"]),
     help="none: load every model at start; explicit: load only the --load-model ones; poll: "
     "load every model and reload those whose files change, looking every "
-    "--repository-poll-secs (the repository load/unload API works in all three).",
+    "--repository-poll-secs. As in Triton, none and poll refuse the repository load/unload "
+    "API; without this option models load as in none and that API stays open.",
 )
 @click.option(
     "--repository-poll-secs",
@@ -454,6 +454,7 @@ def serve_command(paths: tuple[Path | str, ...], **options: Any) -> None:
     """Serve the @model functions and Triton model directories found in PATHS (Python files,
     folders, or s3://bucket/prefix repositories, copied to --model-cache), and the
     deployments kept in --state-dir."""
+    options["model_control_mode"] = options["model_control_mode"] or ""  # "": not given
     try:  # a setting mistake (--load-model without explicit mode, ...): one line, no traceback
         config = ServerConfig.from_mapping(options)
     except FnserveError as exc:

@@ -35,3 +35,21 @@ def test_poll_mode_polls_at_its_interval_and_loads_everything() -> None:
 def test_conflicting_settings_are_refused(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ModelConfigError, match=message):
         ServerConfig.from_mapping(settings)
+
+
+@pytest.mark.parametrize(
+    ("mode", "watch", "refused"),
+    [("", False, False), ("", True, False), ("explicit", False, False), ("none", False, True),
+     ("none", True, True), ("poll", False, True)],
+)  # fmt: skip
+def test_the_repository_api_is_refused_in_a_given_none_or_poll_mode(
+    mode: str, watch: bool, refused: bool
+) -> None:
+    """As Triton; the default (no mode given) keeps it open: fnserve's reload uses it."""
+    refusal = ServerConfig(model_control_mode=mode, watch=watch).repository_api_refusal()
+    assert bool(refusal) == refused
+    if refused:
+        assert refusal.startswith(
+            "explicit model load / unload is not allowed if polling is enabled (model control "
+            f"mode '{mode}'"
+        )

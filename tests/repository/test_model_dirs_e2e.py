@@ -182,6 +182,24 @@ def test_explicit_mode_loads_only_what_is_named(tmp_path: Path) -> None:
         assert server.stop() == 0
 
 
+@pytest.mark.parametrize("mode", ["none", "poll"])
+def test_none_and_poll_modes_refuse_loads_and_unloads_as_triton(tmp_path: Path, mode: str) -> None:
+    root = repository(tmp_path / "repo")
+    with ServerProcess.start(root, "--model-control-mode", mode) as server:
+        refused = "explicit model load / unload is not allowed if polling is enabled"
+        http, grpc = _http(server), grpcclient.InferenceServerClient(server.grpc)
+        for call in (http.load_model, http.unload_model):
+            with pytest.raises(InferenceServerException, match=refused) as caught:
+                call("scale")
+            assert caught.value.status() == "503"
+        for call in (grpc.load_model, grpc.unload_model):
+            with pytest.raises(InferenceServerException, match=refused) as caught:
+                call("scale")
+            assert caught.value.status() == "StatusCode.UNAVAILABLE"
+        assert http.is_model_ready("scale")  # nothing was unloaded
+        assert server.stop() == 0
+
+
 def test_load_model_without_explicit_mode_is_refused(tmp_path: Path) -> None:
     root = repository(tmp_path / "repo")
     with pytest.raises(RuntimeError, match="--load-model requires --model-control-mode explicit"):

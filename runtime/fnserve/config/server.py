@@ -50,7 +50,9 @@ class WatchSettings(NamedTuple):
     poll_interval_s: float
 
 
-CONTROL_MODES = ("none", "explicit", "poll")
+CONTROL_MODES = ("", "none", "explicit", "poll")  # "": not given (none, the API open)
+# Triton's answer (UNAVAILABLE) to a repository load or unload in its none and poll modes.
+REPOSITORY_API_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,9 @@ class ServerConfig:
         allow_empty: start even when no model was found (default: an error).
         model_control_mode: "none" loads every model at start; "explicit" loads only
             `load_models`; "poll" loads every model and reloads the ones whose files change,
-            looking every `repository_poll_secs` (Triton's modes; fnserve keeps the repository
-            load/unload API open in all of them).
+            looking every `repository_poll_secs` (Triton's modes: the repository load/unload
+            API is refused in "none" and "poll", as in Triton). "" (the mode not given) is
+            "none" with that API open: fnserve's reload of changed code goes through it.
         load_models: names loaded at start in explicit mode ("*": all of them).
         repository_poll_secs: seconds between two looks at the files in poll mode.
         watch: reload the models whose files change as soon as the operating system reports
@@ -164,7 +167,7 @@ class ServerConfig:
     max_gzip_members: int = DEFAULT_LIMITS.max_gzip_members
     strict: bool = False
     allow_empty: bool = False
-    model_control_mode: str = "none"
+    model_control_mode: str = ""
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
     watch: bool = False
@@ -248,6 +251,17 @@ class ServerConfig:
             return None
         return self.load_models
 
+    def repository_api_refusal(self) -> str:
+        """Why the repository load/unload API refuses requests ("": it serves them): Triton
+        refuses them in its none and poll modes, and so does fnserve when one is given."""
+        mode = self.model_control_mode
+        if mode not in ("none", "poll"):
+            return ""
+        return (
+            f"{REPOSITORY_API_REFUSED} (model control mode '{mode}'; start the server in "
+            f"explicit mode, or without --model-control-mode, to load and unload models)"
+        )
+
     def watch_settings(self) -> WatchSettings | None:
         """How to watch the served paths for changes; None: they are not watched."""
         if self.model_control_mode == "poll":
@@ -303,7 +317,7 @@ def _check_control_mode(config: ServerConfig) -> None:
         )
     if config.load_models and mode != "explicit":
         raise ModelConfigError("--load-model requires --model-control-mode explicit (as in Triton)")
-    if config.watch and mode != "none":
+    if config.watch and mode not in ("", "none"):
         raise ModelConfigError(
             f"--watch cannot be combined with --model-control-mode {mode}: poll mode already "
             f"watches (by polling), and explicit mode leaves loads to the repository API"

@@ -16,7 +16,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from fnserve.config.server import ServerConfig
-from fnserve.errors import InvalidInputError, UnsupportedError
+from fnserve.errors import InvalidInputError, UnavailableError, UnsupportedError
 from fnserve.limits import DEFAULT_LIMITS, InputLimits, check_model, quote
 from fnserve.protocol import grpc_service_pb2 as pb, health_pb2
 from fnserve.server.grpc import messages
@@ -54,6 +54,8 @@ class InferenceService(GRPCInferenceServiceBase):
         limits: names and sizes one request may use.
         max_message_bytes: largest message received or sent.
         stream_max_inflight: requests of one ModelStreamInfer stream running at once.
+        repository_refusal: why repository loads and unloads are refused ("": they are not;
+            see `ServerConfig.repository_api_refusal`).
     """
 
     def __init__(
@@ -62,11 +64,13 @@ class InferenceService(GRPCInferenceServiceBase):
         limits: InputLimits = DEFAULT_LIMITS,
         max_message_bytes: int = ServerConfig.grpc_max_message_bytes,
         stream_max_inflight: int = ServerConfig.stream_max_inflight,
+        repository_refusal: str = "",
     ) -> None:
         self._runtime = runtime
         self._limits = limits
         self._max_bytes = max_message_bytes
         self._stream_max_inflight = stream_max_inflight
+        self._repository_refusal = repository_refusal
 
     def _version(self, request: Any) -> str:
         """The request's version, once its model name and version pass the limits."""
@@ -173,6 +177,8 @@ class InferenceService(GRPCInferenceServiceBase):
         await _answer(stream, self._load, self._max_bytes)
 
     async def _load(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
+        if self._repository_refusal:  # Triton's none and poll modes
+            raise UnavailableError(self._repository_refusal)
         for key in request.parameters:
             if key == _OVERRIDE_PARAMETER or key.startswith(_FILE_PARAMETER_PREFIX):
                 raise UnsupportedError(
@@ -191,6 +197,8 @@ class InferenceService(GRPCInferenceServiceBase):
     async def _unload(
         self, request: pb.RepositoryModelUnloadRequest
     ) -> pb.RepositoryModelUnloadResponse:
+        if self._repository_refusal:
+            raise UnavailableError(self._repository_refusal)
         params = request.parameters
         # tritonclient always sends this flag; indexing a missing key would insert it.
         dependents = "unload_dependents" in params and params["unload_dependents"].bool_param
@@ -265,5 +273,7 @@ def grpc_services(
     config = config or ServerConfig()
     max_bytes = config.grpc_max_message_bytes
     limits = config.input_limits()
-    inference = InferenceService(runtime, limits, max_bytes, config.stream_max_inflight)
+    inference = InferenceService(
+        runtime, limits, max_bytes, config.stream_max_inflight, config.repository_api_refusal()
+    )
     return [inference, HealthService(runtime, max_bytes), JobsService(jobs, limits, max_bytes)]

@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from fnserve.config.server import ServerConfig
 from fnserve.deploy.service import DeployService, DeploySettings
-from fnserve.errors import InvalidInputError, UnsupportedError
+from fnserve.errors import InvalidInputError, UnavailableError, UnsupportedError
 from fnserve.limits import check_model, quote
 from fnserve.server.http import documents
 from fnserve.server.http.body import ClientDisconnectedError, read_body
@@ -76,6 +76,11 @@ class _Endpoints:
         self.runtime = runtime
         self.limit = config.max_body_bytes
         self.limits = config.input_limits()
+        self.repository_refusal = config.repository_api_refusal()
+
+    def _check_repository_api(self) -> None:
+        if self.repository_refusal:  # Triton's none and poll modes
+            raise UnavailableError(self.repository_refusal)
 
     def _version(self, request: Request) -> str:
         """The path's version ("" for latest), once the name and version pass the limits."""
@@ -125,6 +130,7 @@ class _Endpoints:
 
     async def load(self, request: Request) -> Response:
         _no_repository_name(request)
+        self._check_repository_api()
         parameters = await self._parameters(request)
         if "config" in parameters or any(key.startswith("file:") for key in parameters):
             raise UnsupportedError(
@@ -137,6 +143,7 @@ class _Endpoints:
 
     async def unload(self, request: Request) -> Response:
         _no_repository_name(request)
+        self._check_repository_api()
         dependents = (await self._parameters(request)).get("unload_dependents", False)
         if type(dependents) is not bool:
             raise InvalidInputError(
