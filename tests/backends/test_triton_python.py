@@ -360,7 +360,45 @@ def test_a_raising_finalize_is_logged(tmp_path: Path, caplog: pytest.LogCaptureF
     assert "finalize() raised" in caplog.text
 
 
-def test_an_unprovided_pb_utils_call_names_itself(tmp_path: Path) -> None:
+def test_an_unprovided_pb_utils_use_fails_the_load_naming_it(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        import triton_python_backend_utils as utils
+        from triton_python_backend_utils import MetricFamily, Tensor
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                try:
+                    self.gauge = utils.MetricFamily("g", "", utils.MetricFamily.GAUGE)
+                except AttributeError:  # guarded: the model copes without it
+                    self.gauge = None
+
+            def execute(self, requests):
+                utils.get_model_dir()
+                requests[0].get_response_sender()
+                call = utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
+                call.exec(decoupled=True)
+                return [utils.InferenceResponse([], parameters={"a": 1})]
+        """,
+    )
+    with pytest.raises(RepositoryError) as info:
+        _backend(path)
+    message = str(info.value)
+    assert message.startswith("model 'add_sub' (")
+    assert "model.py uses what fnserve's triton_python_backend_utils does not provide" in message
+    for use in (
+        "pb_utils.MetricFamily (line 3)",
+        "pb_utils.get_model_dir (line 13)",
+        "get_response_sender() (decoupled response senders are not supported) (line 14)",
+        "exec(decoupled=True) (decoupled models are not supported) (line 16)",
+        "InferenceResponse(parameters=...) (response parameters are not sent) (line 17)",
+    ):
+        assert use in message
+    assert "line 9" not in message  # the guarded use
+
+
+def test_a_use_the_syntax_hides_fails_when_reached_naming_itself(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
         """
@@ -368,7 +406,7 @@ def test_an_unprovided_pb_utils_call_names_itself(tmp_path: Path) -> None:
 
         class TritonPythonModel:
             def execute(self, requests):
-                sender = pb_utils.get_model_dir()
+                getattr(pb_utils, "get_model_dir")()
                 return []
         """,
     )
@@ -394,7 +432,8 @@ def test_bls_to_a_decoupled_model_is_refused_naming_it(tmp_path: Path, method: s
                     requested_output_names=["Y"],
                     inputs=[pb_utils.Tensor("X", requests[0].inputs()[0].as_numpy())],
                 )
-                return [call.{method}(decoupled=True)]
+                decoupled = len(requests) > 0  # not visible at load
+                return [call.{method}(decoupled=decoupled)]
         """,
     )
     with pytest.raises(pb_utils.TritonModelException) as info:
@@ -541,3 +580,13 @@ def test_pb_utils_byte_tensor_helpers_round_trip() -> None:
     assert pb_utils.using_decoupled_model_transaction_policy(
         {"model_transaction_policy": {"decoupled": True}}
     )
+
+
+def test_an_execution_environment_is_ignored_with_a_warning(
+    add_sub: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(parameters={"EXECUTION_ENV_PATH": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"})
+    with caplog.at_level(logging.WARNING):
+        backend = _backend(add_sub, config)
+    assert backend.model is not None
+    assert "parameter EXECUTION_ENV_PATH is ignored" in caplog.text

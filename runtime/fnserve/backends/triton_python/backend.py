@@ -29,6 +29,7 @@ from typing import Any
 
 from fnserve.backends.base import Answer, ModelFileSpec, OneRequest
 from fnserve.backends.triton_python import bls, pb_utils
+from fnserve.backends.triton_python.usage import check_usage
 from fnserve.errors import (
     FnserveError,
     InvalidInputError,
@@ -53,6 +54,7 @@ __all__ = [
 
 MODULE_ALIAS = "triton_python_backend_utils"
 MODEL_CLASS = "TritonPythonModel"
+EXECUTION_ENV = "EXECUTION_ENV_PATH"  # Triton's conda-pack environment: not unpacked here
 log = logging.getLogger(__name__)
 
 
@@ -119,6 +121,10 @@ class TritonPythonBackend:
         self._name = spec.config.name
         self._outputs = [t.name for t in spec.config.outputs]
         self._where = f"model '{self._name}' ({spec.path})"
+        try:
+            check_usage(self._where, spec.path, spec.path.read_text(errors="replace"))
+        except OSError as exc:
+            raise RepositoryError(f"{self._where}: cannot read it: {exc}") from exc
         cls = getattr(import_model(spec.path), MODEL_CLASS, None)
         if not inspect.isclass(cls):
             raise RepositoryError(f"{self._where}: the file defines no class {MODEL_CLASS}")
@@ -229,6 +235,13 @@ class TritonPythonBackendFactory:
 
     def __init__(self, spec: ModelFileSpec) -> None:
         self.spec = spec
+        if EXECUTION_ENV in spec.config.parameters:
+            log.warning(
+                "model '%s': parameter %s is ignored: fnserve runs python-backend models in "
+                "the server's own environment (install what the model needs there)",
+                spec.config.name,
+                EXECUTION_ENV,
+            )
 
     def create(self, context: InstanceContext) -> TritonPythonBackend:
         return TritonPythonBackend(self.spec, context)
