@@ -365,14 +365,14 @@ def test_an_unprovided_pb_utils_use_fails_the_load_naming_it(tmp_path: Path) -> 
         tmp_path,
         """
         import triton_python_backend_utils as utils
-        from triton_python_backend_utils import MetricFamily, Tensor
+        from triton_python_backend_utils import load_model, Tensor
 
         class TritonPythonModel:
             def initialize(self, args):
                 try:
-                    self.gauge = utils.MetricFamily("g", "", utils.MetricFamily.GAUGE)
+                    self.ready = utils.is_model_ready("other")
                 except AttributeError:  # guarded: the model copes without it
-                    self.gauge = None
+                    self.ready = None
 
             def execute(self, requests):
                 utils.get_model_dir()
@@ -388,7 +388,7 @@ def test_an_unprovided_pb_utils_use_fails_the_load_naming_it(tmp_path: Path) -> 
     assert message.startswith("model 'add_sub' (")
     assert "model.py uses what fnserve's triton_python_backend_utils does not provide" in message
     for use in (
-        "pb_utils.MetricFamily (line 3)",
+        "pb_utils.load_model (line 3)",
         "pb_utils.get_model_dir (line 13)",
         "get_response_sender() (decoupled response senders are not supported) (line 14)",
         "exec(decoupled=True) (decoupled models are not supported) (line 16)",

@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -135,6 +136,37 @@ output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
 
 
+# Custom metrics, defined in initialize as Triton's examples do.
+METERED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        self.requests = pb_utils.MetricFamily(
+            name="metered_requests", description="Requests seen", kind=pb_utils.MetricFamily.COUNTER
+        ).Metric(labels=labels)
+        self.last = pb_utils.MetricFamily(
+            name="metered_last_value", description="Last X", kind=pb_utils.MetricFamily.GAUGE
+        ).Metric(labels=labels)
+        self.sizes = pb_utils.MetricFamily(
+            name="metered_x", description="X values", kind=pb_utils.MetricFamily.HISTOGRAM
+        ).Metric(labels=labels, buckets=[1.0, 10.0])
+
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            self.requests.increment(1)
+            self.last.set(float(x[0][0]))
+            self.sizes.observe(float(x[0][0]))
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+        return out
+"""
+
+
 def _model(root: Path, name: str, source: str, config: str | None, **files: str) -> None:
     folder = root / name / "1"
     folder.mkdir(parents=True)
@@ -161,6 +193,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             more=f"def scale():\n    return {scale}\n",
         )
     _model(root, "bls_by_name", BLS_BY_NAME, BLS_CONFIG)
+    _model(root, "metered", METERED, HELPERS_CONFIG)
     with ServerProcess.start(root) as running:
         yield running
         assert running.stop() == 0
@@ -255,3 +288,19 @@ def test_bls_calls_the_model_a_bytes_input_names(server: ServerProcess) -> None:
         client.infer("bls_by_name", [name, _x(grpcclient, 2)])
     assert info.value.status() == "StatusCode.NOT_FOUND"  # the callee's error, passed on
     assert "nowhere" in str(info.value.message())
+
+
+def test_custom_metrics_are_exported_on_the_metrics_port(server: ServerProcess) -> None:
+    client = _http(server)
+    for value in (0.5, 5.0, 50.0):
+        client.infer("metered", [_x(httpclient, value)])
+    text = httpx.get(server.metrics).text
+    labels = 'model="metered",version="1"'
+    assert "# TYPE metered_requests counter" in text
+    assert f"metered_requests{{{labels}}} 3" in text
+    assert f"metered_last_value{{{labels}}} 50" in text
+    assert "# TYPE metered_x histogram" in text
+    assert f'metered_x_bucket{{{labels},le="1"}} 1' in text
+    assert f'metered_x_bucket{{{labels},le="10"}} 2' in text
+    assert f'metered_x_bucket{{{labels},le="+Inf"}} 3' in text
+    assert f"metered_x_sum{{{labels}}} 55.5" in text

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from fnserve import custom_metrics
 from fnserve.jobs.service import JobService
 from fnserve.runtime import LifecycleRecord, Runtime
 from fnserve.server.jobs_metrics import JobsCollector
@@ -273,11 +274,42 @@ def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+class CustomCollector(Collector):
+    """The families model code defines (`pb_utils.MetricFamily`), named as defined (a counter
+    without `_total`, as Triton writes it)."""
+
+    def collect(self) -> Iterator[Any]:
+        for family in custom_metrics.families():
+            if family.kind is custom_metrics.MetricKind.HISTOGRAM:
+                yield _custom_histogram(family)
+                continue
+            kind = "counter" if family.kind is custom_metrics.MetricKind.COUNTER else "gauge"
+            metric = Metric(family.name, family.description, kind)
+            for one in family.metrics.values():
+                metric.add_sample(family.name, one.labels, one.snapshot()[0])
+            yield metric
+
+
+def _custom_histogram(family: custom_metrics.CustomFamily) -> Metric:
+    metric = Metric(family.name, family.description, "histogram")
+    for one in family.metrics.values():
+        total, counts = one.snapshot()
+        cumulative = 0
+        for bound, count in zip((*one.buckets, float("inf")), counts, strict=True):
+            cumulative += count
+            le = "+Inf" if bound == float("inf") else f"{bound:g}"
+            metric.add_sample(f"{family.name}_bucket", {**one.labels, "le": le}, cumulative)
+        metric.add_sample(f"{family.name}_count", one.labels, cumulative)
+        metric.add_sample(f"{family.name}_sum", one.labels, total)
+    return metric
+
+
 def metrics_app(runtime: Runtime, jobs: JobService | None = None) -> Starlette:
     """An ASGI app serving `GET /metrics` (Prometheus text format) for this runtime (and its
     durable jobs, when given)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RuntimeCollector(runtime))
+    registry.register(CustomCollector())
     jobs_collector = None if jobs is None else JobsCollector(jobs)
     if jobs_collector is not None:
         registry.register(jobs_collector)

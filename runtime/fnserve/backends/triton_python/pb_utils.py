@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from fnserve import custom_metrics
 from fnserve.backends.triton_python import bls
 from fnserve.errors import (
     CancelledError,
@@ -39,6 +40,8 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "Logger",
+    "Metric",
+    "MetricFamily",
     "ModelConfig",
     "Tensor",
     "TritonError",
@@ -508,6 +511,63 @@ class ModelConfig:
                     f"configuration, but auto_complete_config gives {theirs}"
                 )
             found[key] = tensor[key]
+
+
+class Metric:
+    """One metric of a `MetricFamily` (one label set): `increment` (counter, gauge), `set`
+    (gauge), `observe` (histogram), `value` (counter, gauge)."""
+
+    def __init__(self, metric: custom_metrics.CustomMetric) -> None:
+        self._metric = metric
+
+    def increment(self, value: float) -> None:
+        with _metric_errors():
+            self._metric.increment(value)
+
+    def set(self, value: float) -> None:
+        with _metric_errors():
+            self._metric.set(value)
+
+    def observe(self, value: float) -> None:
+        with _metric_errors():
+            self._metric.observe(value)
+
+    def value(self) -> float:
+        with _metric_errors():
+            return self._metric.value()
+
+
+class MetricFamily:
+    """A custom metric family, exported on the server's metrics port as Triton does.
+
+    Args:
+        name: the family's name (the same name, description and kind: the same family).
+        description: its HELP text.
+        kind: `MetricFamily.COUNTER`, `GAUGE` or `HISTOGRAM`.
+    """
+
+    COUNTER = custom_metrics.MetricKind.COUNTER
+    GAUGE = custom_metrics.MetricKind.GAUGE
+    HISTOGRAM = custom_metrics.MetricKind.HISTOGRAM
+
+    def __init__(self, name: str, description: str, kind: int) -> None:
+        with _metric_errors():
+            self._family = custom_metrics.family(name, description, kind)
+
+    def Metric(  # noqa: N802 (Triton's name)
+        self, labels: Mapping[str, str] | None = None, buckets: Sequence[float] | None = None
+    ) -> Metric:
+        """The metric of `labels` (histograms: with its bucket upper bounds)."""
+        with _metric_errors():
+            return Metric(self._family.metric(labels, buckets))
+
+
+@contextlib.contextmanager
+def _metric_errors() -> Iterator[None]:
+    try:
+        yield
+    except custom_metrics.CustomMetricError as exc:
+        raise TritonModelException(str(exc)) from None
 
 
 # Triton's request and response flags, for models that test them.
