@@ -73,8 +73,13 @@ def test_config_pbtxt_ensemble_over_onnx_steps(server: ServerProcess) -> None:
     gtensor.set_data_from_numpy(x)
     np.testing.assert_array_equal(grpc.infer("add_two", [gtensor]).as_numpy("OUT"), x + 2)
     assert http.get_model_metadata("add_two")["platform"] == "ensemble"
-    steps = http.get_model_config("add_two")["ensemble_scheduling"]["step"]
-    assert [s["model_name"] for s in steps] == ["add_one", "add_one"]
+    config = http.get_model_config("add_two")
+    assert [s["model_name"] for s in config["ensemble_scheduling"]["step"]] == [
+        "add_one",
+        "add_one",
+    ]
+    assert (config["platform"], config["backend"]) == ("ensemble", "")  # as Triton shows it
+    assert config["instance_group"] == []
     stats = http.get_inference_statistics("add_one")["model_stats"][0]
     assert stats["inference_count"] >= 8  # two steps x two requests x two rows
 

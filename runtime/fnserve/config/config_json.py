@@ -42,6 +42,9 @@ def config_json(config: ModelConfig) -> dict[str, Any]:
         doc["model_warmup"] = [_warmup_json(w) for w in config.warmup]
     if config.ensemble:
         doc["ensemble_scheduling"] = {"step": [_step_json(s) for s in config.ensemble]}
+        # as Triton shows one: no backend, no instances of its own (its steps do the work)
+        doc["backend"] = ""
+        doc["instance_group"] = []
     return doc
 
 
