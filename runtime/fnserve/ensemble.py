@@ -61,7 +61,9 @@ def ensemble(
 
     Raises:
         ModelConfigError: a step reads a tensor nothing provides, a tensor is written twice,
-            the steps disagree on batching, or an output is produced by no step.
+            the steps disagree on batching, a `Step` renames a tensor its model does not
+            have, or an output is produced by no step. (Datatypes and shapes are checked
+            when the ensemble loads, against its steps' served configs.)
     """
     frame = inspect.stack()[1]
     where = f"{frame.filename}:{frame.lineno}"
@@ -79,6 +81,7 @@ def ensemble(
     plan = []
     for step in resolved:
         config = step.model.config
+        _check_renames(name, step)
         input_map = {t.name: step.inputs.get(t.name, t.name) for t in config.inputs}
         for tensor in config.inputs:
             source = input_map[tensor.name]
@@ -109,3 +112,19 @@ def ensemble(
         ensemble=plan,
     )
     return EnsembleDefinition(config, [s.model for s in resolved], where)
+
+
+def _check_renames(name: str, step: Step) -> None:
+    """A `Step` renames only tensors its model has (Triton refuses an unknown map key)."""
+    config = step.model.config
+    for kind, renames, declared in (
+        ("inputs", step.inputs, config.inputs),
+        ("outputs", step.outputs, config.outputs),
+    ):
+        names = [t.name for t in declared]
+        unknown = sorted(set(renames) - set(names))
+        if unknown:
+            raise ModelConfigError(
+                f"ensemble '{name}': Step({config.name}, {kind}=...) renames {unknown}, which "
+                f"are not {kind} of model '{config.name}' (its {kind}: {', '.join(names)})"
+            )

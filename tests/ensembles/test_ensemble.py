@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 
 from fnserve import DynamicBatching, Step, Tensor, ensemble, model
+from fnserve.config.model_config import EnsembleStep, ModelConfig
 from fnserve.errors import (
     InvalidInputError,
     ModelConfigError,
     ModelExecutionError,
+    RepositoryError,
     UnavailableError,
 )
+from fnserve.repository.ensemble_check import check_steps
 from fnserve.runtime import Runtime
-from fnserve.types import InferInput, InferRequest
+from fnserve.types import InferInput, InferRequest, ModelState
 
 
 def _f(name: str) -> Tensor:
@@ -142,6 +145,63 @@ def test_a_tensor_nothing_provides_is_refused() -> None:
     unbatched = model(inputs=[_f("A")], outputs=[_f("Q")])(lambda A: A)
     with pytest.raises(ModelConfigError, match="all batch or all not batch"):
         ensemble("mixed", steps=[double, unbatched])
+
+
+def test_a_step_renaming_a_tensor_its_model_lacks_is_refused() -> None:
+    with pytest.raises(ModelConfigError, match=r"Step\(double, inputs=...\) renames \['Q'\]"):
+        ensemble("typo", steps=[Step(double, inputs={"Q": "X"})])
+    with pytest.raises(ModelConfigError, match=r"renames \['Q'\], which are not outputs"):
+        ensemble("typo", steps=[Step(double, outputs={"Q": "Z"})])
+
+
+def _ensemble_config(steps: list[EnsembleStep], max_batch_size: int = 8) -> ModelConfig:
+    return ModelConfig("e", [Tensor("IN", "FP32", [4])], [Tensor("OUT", "FP32", [4])],
+                       max_batch_size=max_batch_size, ensemble=steps)  # fmt: skip
+
+
+def _step_model(
+    max_batch_size: int, dims: list[int], optional: bool = False, out: list[int] | None = None
+) -> ModelConfig:
+    inputs = [Tensor("X", "FP32", dims), Tensor("EXTRA", "FP32", dims, optional)]
+    outputs = [Tensor("Y", "FP32", dims if out is None else out)]
+    return ModelConfig("s", inputs, outputs, max_batch_size=max_batch_size)
+
+
+def test_check_steps_takes_shapes_with_or_without_the_batch_dimension() -> None:
+    """As Triton: a batching ensemble may run a non-batching step whose dims are the full
+    shape ([-1, 4] for [4]); an optional input may stay unmapped."""
+    step = EnsembleStep("s", {"X": "IN"}, {"Y": "OUT"})
+    check_steps(_ensemble_config([step]), [_step_model(0, [-1, 4], optional=True)])
+    check_steps(_ensemble_config([step]), [_step_model(8, [-1], optional=True)])  # -1: any
+    with pytest.raises(
+        RepositoryError,
+        match=r"input\(s\) \['EXTRA'\] of model 's' are "
+        "mapped to no ensemble tensor",
+    ):
+        check_steps(_ensemble_config([step]), [_step_model(8, [4])])
+    with pytest.raises(
+        RepositoryError,
+        match=r"ensemble tensor 'OUT' is FP32 \[-1, 4\] as the "
+        r"ensemble's output but FP32 \[-1, 3\] as output 'Y' of model 's'",
+    ):
+        check_steps(_ensemble_config([step]), [_step_model(8, [4], True, out=[3])])
+
+
+async def test_an_ensemble_of_a_model_not_served_fails_until_it_is() -> None:
+    """In-process too: the check runs at each load, once the steps are loaded."""
+    lonely = ensemble("lonely", steps=[double])
+    runtime = Runtime([lonely])
+    await runtime.start()
+    (row,) = runtime.repository_index()
+    assert row.state is ModelState.FAILED
+    assert row.reason == (
+        "ensemble 'lonely' step 0 ('double'): model 'double' version 1 is not available: "
+        "unknown model 'double'"
+    )
+    runtime.add(double)
+    await runtime.load_model("lonely")  # loads its step first, then checks
+    assert [r.state for r in runtime.repository_index()] == [ModelState.READY] * 2
+    await runtime.aclose()
 
 
 @model(inputs=[_f("X")], outputs=[_f("A")], max_batch_size=64)

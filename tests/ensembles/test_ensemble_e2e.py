@@ -141,14 +141,19 @@ def test_an_ensemble_counts_its_requests_and_executions(tmp_path: Path) -> None:
         assert server.stop() == 0
 
 
-def test_a_missing_step_model_fails_the_request_naming_it(tmp_path: Path) -> None:
+def test_a_missing_step_model_fails_the_ensembles_load_naming_it(tmp_path: Path) -> None:
+    """As in Triton: refused at load, not READY and failing every request (more such
+    ensembles in test_ensemble_checks_e2e.py)."""
     (tmp_path / "add_two" / "1").mkdir(parents=True)
     (tmp_path / "add_two" / "config.pbtxt").write_text(ADD_TWO)
     with ServerProcess.start(tmp_path) as server:
         http = httpclient.InferenceServerClient(server.http.removeprefix("http://"))
+        (row,) = http.get_model_repository_index()
+        assert row["state"] == "UNAVAILABLE"
+        assert "step 0 ('add_one'): model 'add_one' is not available" in row["reason"]
         tensor = httpclient.InferInput("IN", [1, 4], "FP32")
         tensor.set_data_from_numpy(np.zeros((1, 4), np.float32))
-        with pytest.raises(Exception, match="step 0 \\('add_one'\\) failed: unknown model"):
+        with pytest.raises(Exception, match="model 'add_one' is not available"):
             http.infer("add_two", [tensor])
         assert server.stop() == 0
 

@@ -4,8 +4,10 @@ repository API does (and what a file watcher's changes go through).
 A load re-imports the files that changed since they were imported (when the models come from
 a source), rebuilds a version whose code changed beside the serving one and swaps it in (no
 request fails), loads new versions and unloads the versions no longer defined. An ensemble's
-step models load with it, and with `unload_dependents` unload with it. Loads and unloads of one
-name hold that name's lock, so they run one after the other in the order asked.
+step models load with it (first), and with `unload_dependents` unload with it; once they are
+loaded, the ensemble is checked against them (`ensemble_check.py`): a step that failed to load
+or does not fit fails the ensemble's load. Loads and unloads of one name hold that name's lock,
+so they run one after the other in the order asked.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fnserve.backends.base import ModelSpec
 from fnserve.config.server import ModelDefaults
 from fnserve.errors import MemoryBudgetError, RepositoryError
 from fnserve.repository.changes import ChangeReloader, ReloadOutcome
+from fnserve.repository.ensemble_check import check_ensemble
 from fnserve.repository.registry import ModelRegistry
 from fnserve.repository.source import ModelSource
 
@@ -42,30 +45,45 @@ class RepositoryControl:
         self._source = source
         self._defaults = defaults
         self._reloader = None if source is None else ChangeReloader(source, registry, self.load)
+        # The steps each ensemble's files named at their last read (an edit may add steps).
+        self._declared_steps: dict[str, set[str]] = {}
 
     async def load(self, name: str) -> None:
         """See `Runtime.load_model`."""
-        await self._load_steps(name, (name,))
-        await self._load_versions(name)
+        tried = await self._load_steps(name, (name,))
+        try:
+            await self._load_versions(name)
+        except RepositoryError:
+            if self._steps_of(name) <= tried:
+                raise
+            # Its files changed to name steps the first pass did not load: load them, again.
+            await self._load_steps(name, (name,))
+            await self._load_versions(name)
 
-    async def _load_steps(self, name: str, chain: tuple[str, ...]) -> None:
-        """Load the step models of ensemble `name` (and theirs) that are not serving; `chain`:
-        the ensembles whose steps these are (a step among them is a cycle: skipped, the
-        ensemble's own checks report it)."""
+    def _steps_of(self, name: str) -> set[str]:
+        return self._registry.steps_of(name) | self._declared_steps.get(name, set())
+
+    async def _load_steps(self, name: str, chain: tuple[str, ...]) -> set[str]:
+        """Load the step models of ensemble `name` (and theirs) that are not serving; the
+        steps considered. `chain`: the ensembles whose steps these are (a step among them is a
+        cycle: skipped). A step that fails to load is left to the ensemble's check, which
+        fails the ensemble's load with the step's reason."""
         registry = self._registry
-        for step in sorted(registry.steps_of(name)):
-            if step in chain or step not in registry:
-                continue
-            if any(h.ready for h in registry.versions(step)):
+        steps = self._steps_of(name)
+        for step in sorted(steps):
+            if step in chain or any(h.ready for h in registry.versions(step)):
                 continue
             try:
                 await self._load_steps(step, (*chain, step))
                 await self._load_versions(step)
-            except (RepositoryError, MemoryBudgetError) as exc:
-                raise RepositoryError(
-                    f"failed to load '{name}': its step model '{step}' failed to load: "
-                    f"{exc.message}"
-                ) from exc
+            except (RepositoryError, MemoryBudgetError):
+                pass  # its reason is in its own index row, and in the ensemble's
+        return steps
+
+    def _check(self, spec: ModelSpec) -> None:
+        """An ensemble's checks against its step models (run once they are loaded)."""
+        if spec.config.ensemble:
+            check_ensemble(spec.config, self._registry)
 
     async def _load_versions(self, name: str) -> None:
         """`load` for `name` itself."""
@@ -80,9 +98,8 @@ class RepositoryControl:
             refused: MemoryBudgetError | None = None
             for handle in kept:
                 try:
-                    await handle.load(
-                        self._defaults(), None if specs is None else specs[handle.version]
-                    )
+                    spec = None if specs is None else specs[handle.version]
+                    await handle.load(self._defaults(), spec, self._check)
                 except RepositoryError as exc:
                     errors.append(exc.message)
                 except MemoryBudgetError as exc:
@@ -108,6 +125,9 @@ class RepositoryControl:
             raise RepositoryError(f"failed to load '{name}': {broken[0].reason}")
         specs: dict[str, ModelSpec] = {
             str(d.config.version): d for d in found.definitions if d.config.name == name
+        }
+        self._declared_steps[name] = {
+            step.model_name for spec in specs.values() for step in spec.config.ensemble
         }
         known = {h.version for h in self._registry.versions(name)}
         for version in sorted(specs.keys() - known, key=int):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from fnserve.backends.base import ModelSpec
 from fnserve.config.model_config import ModelConfig
@@ -149,11 +150,17 @@ class ModelHandle:
 
     # -- transitions ---------------------------------------------------------------------
 
-    async def load(self, defaults: ModelDefaults, spec: ModelSpec | None = None) -> None:
+    async def load(
+        self,
+        defaults: ModelDefaults,
+        spec: ModelSpec | None = None,
+        check: Callable[[ModelSpec], None] | None = None,
+    ) -> None:
         """Serve `spec` (default: the current one). Nothing to do when it is already served.
 
         A new spec for a READY version is a reload: built and warmed beside the serving one,
-        then swapped in; if it fails to build, the old one keeps serving.
+        then swapped in; if it fails to build, the old one keeps serving. `check` runs first
+        (an ensemble's checks against its steps): what it raises fails the load the same way.
 
         Raises:
             RepositoryError: the model (or its new spec) failed to load; the reason is kept.
@@ -161,13 +168,15 @@ class ModelHandle:
         async with self._lock:
             if spec is not None and spec is not self.spec:
                 if self.loaded is not None:
-                    await self._reload(defaults, spec)
+                    await self._reload(defaults, spec, check)
                     return
                 self.spec = spec
             if self.state is ModelState.READY:
                 return
             self._enter(ModelState.LOADING)
             try:
+                if check is not None:
+                    check(self.spec)
                 loaded = await self._admit(self.spec, defaults, announce=True)
             except asyncio.CancelledError:
                 self._enter(ModelState.UNLOADED, "the load was cancelled")
@@ -243,10 +252,14 @@ class ModelHandle:
         )
         return loaded
 
-    async def _reload(self, defaults: ModelDefaults, spec: ModelSpec) -> None:
+    async def _reload(
+        self, defaults: ModelDefaults, spec: ModelSpec, check: Callable[[ModelSpec], None] | None
+    ) -> None:
         old = self.loaded
         assert old is not None
         try:
+            if check is not None:
+                check(spec)
             new = await self._admit(spec, defaults, announce=False)  # the old one serves
         except Exception as exc:
             reason = _load_reason(exc)
