@@ -363,6 +363,64 @@ def test_a_config_that_contradicts_the_file_fails_the_load(
         _backend(_config("add_one", inputs, outputs), add_one)
 
 
+@pytest.mark.parametrize(
+    ("max_batch_size", "dims", "error"),
+    [
+        (
+            8,
+            [5],
+            r"input 'X' has dims \[5\] in the config, shape \[-1, 5\] with the batch "
+            r"dimension, but the model file's shape is \[-1, 4\]",
+        ),
+        (8, [4, 1], r"'X' has dims \[4, 1\] in the config.*file's shape is \[-1, 4\]"),
+        (0, [2, 4, 1], r"'X' has dims \[2, 4, 1\] in the config, but the model file's shape"),
+    ],
+)
+def test_config_dims_the_file_contradicts_fail_the_load(
+    add_one: Path, max_batch_size: int, dims: list[int], error: str
+) -> None:
+    """As Triton's ORT backend (CompareDimsSupported): a -1 in the file takes any config dim,
+    a fixed one must be equal, the ranks must agree (with the batch dimension)."""
+    config = _config("add_one", [Tensor("X", "FP32", dims)], [Tensor("Y", "FP32", [4])],
+                     max_batch_size)  # fmt: skip
+    with pytest.raises(RepositoryError, match=f"model 'add_one' .*{error}"):
+        _backend(config, add_one)
+
+
+def test_config_dims_a_dynamic_file_dim_accepts(add_one: Path) -> None:
+    unbatched = _config("add_one", [Tensor("X", "FP32", [3, 4])], [Tensor("Y", "FP32", [-1, 4])], 0)
+    assert isinstance(_backend(unbatched, add_one), OnnxRuntimeBackend)  # -1 in the file: any
+    loose = _config("add_one", [Tensor("X", "FP32", [-1])], [Tensor("Y", "FP32", [4])], 8)
+    with pytest.raises(RepositoryError, match=r"'X' has dims \[-1\].*shape is \[-1, 4\]"):
+        _backend(loose, add_one)  # a fixed dim in the file takes only itself, as in Triton
+
+
+def test_a_batching_config_over_a_fixed_first_dim_fails_the_load(fixed: Path) -> None:
+    config = _config("fixed", [Tensor("X", "FP32", [3])], [Tensor("Y", "FP32", [3])], 2)
+    with pytest.raises(
+        RepositoryError,
+        match=r"input 'X' has shape \[2, 3\] in the model file, "
+        r"whose first dimension must be -1 \(dynamic\) for max_batch_size 2",
+    ):
+        _backend(config, fixed)
+
+
+def test_max_batch_size_over_a_model_that_cannot_batch_fails_completion(
+    fixed: Path, tmp_path: Path
+) -> None:
+    """Triton: "model does not support batching while non-zero max_batch_size is specified";
+    stripping the fixed first dim instead would serve a model failing at other batch sizes."""
+    directory = _model_dir(tmp_path, "fixed", fixed, "max_batch_size: 2\n")
+    with pytest.raises(
+        RepositoryError,
+        match=r"sets max_batch_size 2 but the model file does "
+        r"not support batching: tensor 'X' has shape \[2, 3\]",
+    ):
+        read_model_dir(directory)
+    (spec,) = read_model_dir(_model_dir(tmp_path, "unbatched", fixed, "max_batch_size: 0\n"))
+    assert (spec.config.max_batch_size, spec.config.inputs[0].dims) == (0, (2, 3))
+
+
 def test_an_input_the_config_leaves_out_fails_the_load(tmp_path: Path) -> None:
     path = _save(
         tmp_path / "sum.onnx",

@@ -28,6 +28,13 @@ def echo(X: np.ndarray) -> np.ndarray:
     return X
 """
 
+WRONG_DIMS = """
+platform: "onnxruntime_onnx"
+max_batch_size: 4
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 5 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
 
 TWICE = """
 import numpy as np
@@ -61,6 +68,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (root / "decoupled" / "config.pbtxt").write_text(
         TRANSACTIONAL.replace("decoupled: false", "decoupled: true")
     )
+    add_one(root / "wrong_dims" / "1" / "model.onnx")  # X is [-1, 4] in the file
+    (root / "wrong_dims" / "config.pbtxt").write_text(WRONG_DIMS)
+    scale(root / "unbatchable" / "1" / "model.onnx", 1.0)  # X is [2, 3] in the file
+    (root / "unbatchable" / "config.pbtxt").write_text("max_batch_size: 4\n")
     functions = tmp_path_factory.mktemp("functions")
     (functions / "echo.py").write_text(ECHO)
     (functions / "twice.py").write_text(TWICE)
@@ -160,6 +171,30 @@ def test_kind_auto_is_reported_as_the_kind_it_ran_on(server: ServerProcess) -> N
     grpc = grpcclient.InferenceServerClient(server.grpc)
     (group,) = grpc.get_model_config("transactional", as_json=True)["config"]["instance_group"]
     assert (group["kind"], group["count"]) == (expected[0], 2)
+
+
+def test_configs_the_onnx_file_contradicts_fail_alone(server: ServerProcess) -> None:
+    """As in Triton: config dims the file's shapes contradict, and max_batch_size over a file
+    whose first dims are fixed, fail their model's load; the others serve."""
+    grpc = grpcclient.InferenceServerClient(server.grpc)
+    index = {m.name: m for m in grpc.get_model_repository_index().models}
+    assert index["add_one"].state == index["scale"].state == "READY"
+    assert index["wrong_dims"].state == "UNAVAILABLE"
+    reason = index["wrong_dims"].reason
+    assert "model 'wrong_dims'" in reason
+    assert (
+        "input 'X' has dims [5] in the config, shape [-1, 5] with the batch dimension, "
+        "but the model file's shape is [-1, 4]"
+    ) in reason
+    assert index["unbatchable"].state == "UNAVAILABLE"
+    reason = index["unbatchable"].reason
+    assert "model directory" in reason
+    assert (
+        "sets max_batch_size 4 but the model file does not support batching: tensor 'X' "
+        "has shape [2, 3]"
+    ) in reason
+    with pytest.raises(InferenceServerException, match="has dims \\[5\\] in the config"):
+        grpc.load_model("wrong_dims")
 
 
 def test_wrong_input_shape_is_a_clear_400(server: ServerProcess) -> None:

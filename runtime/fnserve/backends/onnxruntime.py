@@ -241,8 +241,8 @@ def _tensor(path: Path, arg: Any) -> Tensor:
 
 
 def _check_config(where: str, spec: ModelFileSpec, signature: ModelSignature) -> None:
-    """The config's tensors exist in the file with the same datatypes, and every input the
-    file needs is declared: a mismatch fails the load instead of every request."""
+    """The config's tensors exist in the file with the same datatypes and dims, and every
+    input the file needs is declared: a mismatch fails the load instead of every request."""
     pairs = pair_declared(where, spec.config, signature.inputs, signature.outputs, "model file")
     for kind, tensor, found in pairs:
         if found.datatype != tensor.datatype:
@@ -250,11 +250,38 @@ def _check_config(where: str, spec: ModelFileSpec, signature: ModelSignature) ->
                 f"{where}: {kind} '{tensor.name}' is {tensor.datatype} in the config but "
                 f"{found.datatype} in the model file"
             )
+        _check_dims(where, kind, tensor, found.dims, spec.config.max_batch_size)
         if found.datatype in _UNSERVED:
             raise RepositoryError(
                 f"{where}: {kind} '{tensor.name}' is {found.datatype}, which the "
                 f"onnxruntime backend does not serve"
             )
+
+
+def _check_dims(
+    where: str, kind: str, tensor: Tensor, file_dims: Sequence[int], max_batch_size: int
+) -> None:
+    """Triton's CompareDimsSupported: with max_batch_size > 0 the file's first dim must be -1
+    and the rest match the config's dims; a -1 in the file accepts any config dim. A tensor the
+    file gives no shape (a scalar, or of unknown rank) is not compared, as in Triton."""
+    if not file_dims:
+        return
+    batching = max_batch_size > 0
+    if batching and file_dims[0] != -1:
+        raise RepositoryError(
+            f"{where}: {kind} '{tensor.name}' has shape {list(file_dims)} in the model file, "
+            f"whose first dimension must be -1 (dynamic) for max_batch_size {max_batch_size} "
+            f"(the config's dims {list(tensor.dims)} follow the batch dimension)"
+        )
+    full = [-1, *tensor.dims] if batching else list(tensor.dims)
+    if len(full) != len(file_dims) or any(
+        f != -1 and f != d for f, d in zip(file_dims, full, strict=True)
+    ):
+        shape = f", shape {full} with the batch dimension" if batching else ""
+        raise RepositoryError(
+            f"{where}: {kind} '{tensor.name}' has dims {list(tensor.dims)} in the config"
+            f"{shape}, but the model file's shape is {list(file_dims)}"
+        )
 
 
 def _encode(array: Array) -> Array:

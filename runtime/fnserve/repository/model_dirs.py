@@ -209,6 +209,8 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
         message.max_batch_size = DEFAULT_MAX_BATCH_SIZE if limit is None else limit
         if message.max_batch_size > 1 and not message.HasField("dynamic_batching"):
             message.dynamic_batching.SetInParent()
+    if message.max_batch_size > 0 and not signature.guessed:
+        _check_batchable(message.max_batch_size, signature)
     strip = 1 if message.max_batch_size > 0 else 0
     if signature.guessed and not message.input:
         log.info(
@@ -232,6 +234,20 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
                 name=tensor.name,
                 data_type=config_datatype(tensor.datatype),
                 dims=tensor.dims[strip:],
+            )
+
+
+def _check_batchable(max_batch_size: int, signature: ModelSignature) -> None:
+    """Triton's autocomplete rule: a config with max_batch_size > 0 needs a model whose every
+    input and output has a dynamic (-1) first dimension; stripping a fixed one instead would
+    serve a model that fails at every other batch size."""
+    for tensor in (*signature.inputs, *signature.outputs):
+        if not tensor.dims or tensor.dims[0] != -1:
+            raise RepositoryError(
+                f"the config sets max_batch_size {max_batch_size} but the model file does not "
+                f"support batching: tensor '{tensor.name}' has shape {list(tensor.dims)}, and "
+                f"every input and output needs a dynamic (-1) first dimension to batch; set "
+                f"max_batch_size: 0, or export the model with a dynamic batch dimension"
             )
 
 
