@@ -72,6 +72,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (root / "wrong_dims" / "config.pbtxt").write_text(WRONG_DIMS)
     scale(root / "unbatchable" / "1" / "model.onnx", 1.0)  # X is [2, 3] in the file
     (root / "unbatchable" / "config.pbtxt").write_text("max_batch_size: 4\n")
+    add_one(root / "sixteen" / "1" / "model.onnx")  # the config sets only max_batch_size
+    (root / "sixteen" / "config.pbtxt").write_text("max_batch_size: 16\n")
     functions = tmp_path_factory.mktemp("functions")
     (functions / "echo.py").write_text(ECHO)
     (functions / "twice.py").write_text(TWICE)
@@ -100,6 +102,16 @@ def test_a_model_without_config_is_completed_from_its_file(server: ServerProcess
     tensor = httpclient.InferInput("X", [3, 4], "FP32")
     tensor.set_data_from_numpy(x)
     np.testing.assert_array_equal(client.infer("add_one", [tensor]).as_numpy("Y"), x + 1)
+
+
+def test_a_config_setting_only_max_batch_size_gets_the_dynamic_batcher(
+    server: ServerProcess,
+) -> None:
+    """As Triton's backends complete it: the file batches and the config chose no scheduler."""
+    config = _http(server).get_model_config("sixteen")
+    assert config["max_batch_size"] == 16
+    assert "dynamic_batching" in config
+    assert [(t["name"], t["dims"]) for t in config["input"]] == [("X", [4])]
 
 
 def test_versions_follow_the_policy_over_grpc(server: ServerProcess) -> None:

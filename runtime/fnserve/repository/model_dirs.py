@@ -207,10 +207,13 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
     if not message.max_batch_size and not message.input and signature.batchable():
         limit = signature.max_batch_size  # a plan's profile; None: the file sets no limit
         message.max_batch_size = DEFAULT_MAX_BATCH_SIZE if limit is None else limit
-        if message.max_batch_size > 1 and not message.HasField("dynamic_batching"):
-            message.dynamic_batching.SetInParent()
     if message.max_batch_size > 0 and not signature.guessed:
         _check_batchable(message.max_batch_size, signature)
+        # Triton's backends turn the dynamic batcher on for a model they complete that
+        # batches, whoever set max_batch_size, unless the config chose a scheduler.
+        scheduled = message.HasField("dynamic_batching") or message.HasField("sequence_batching")
+        if message.max_batch_size > 1 and not scheduled:
+            message.dynamic_batching.SetInParent()
     strip = 1 if message.max_batch_size > 0 else 0
     if signature.guessed and not message.input:
         log.info(
