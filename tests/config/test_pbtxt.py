@@ -58,12 +58,8 @@ def test_a_full_config_becomes_a_model_config() -> None:
         ('name: "m"\nmax_batch_sise: 8', 'has no field named "max_batch_sise"'),
         ("sequence_batching { }", "field 'sequence_batching' is not supported: sequence"),
         (
-            'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] reshape { shape: [ 2, 2 ] } } ]',
-            "field 'input.reshape' is not supported",
-        ),
-        (
-            'input [ { name: "X" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 1 ] } ]',
-            "field 'input.format'",
+            'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] label_filename: "l.txt" } ]',
+            "field 'output.label_filename' is not supported",
         ),
         (
             "optimization { cuda { graphs: true } }",
@@ -74,6 +70,44 @@ def test_a_full_config_becomes_a_model_config() -> None:
 def test_errors_name_the_file_and_the_field(text: str, message: str) -> None:
     with pytest.raises(ModelConfigError, match="'m/config.pbtxt'") as caught:
         parse_config(text, "m/config.pbtxt")
+    assert message in str(caught.value)
+
+
+def test_reshape_and_format_are_read() -> None:
+    message = parse_config(
+        """
+        max_batch_size: 4
+        input [ { name: "X" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ -1, 4 ]
+                  reshape { shape: [ -1, 2, 2 ] } } ]
+        output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] reshape { shape: [ ] } } ]
+        """,
+        "m/config.pbtxt",
+    )
+    message.name = "m"
+    config = to_model_config(message, 1)
+    (x,), (y,) = config.inputs, config.outputs
+    assert (x.dims, x.reshape, x.format) == ((-1, 4), (-1, 2, 2), "FORMAT_NHWC")
+    assert (y.dims, y.reshape, y.model_dims) == ((1,), (), ())
+    assert config.to_json()["output"][0]["reshape"] == {"shape": []}
+
+
+@pytest.mark.parametrize(
+    ("dims", "reshape", "message"),
+    [
+        ("[ 4 ]", "[ 3 ]", "fixed sizes multiply to 3 and 4"),
+        ("[ -1, 4 ]", "[ 4 ]", "variable dims 0 and 1"),
+        ("[ 4 ]", "[ -2 ]", "reshape must be a list of integers >= -1"),
+    ],
+)
+def test_a_reshape_of_other_elements_is_refused(dims: str, reshape: str, message: str) -> None:
+    text = f"""
+        input [ {{ name: "X" data_type: TYPE_FP32 dims: {dims} reshape {{ shape: {reshape} }} }} ]
+        output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+    """
+    parsed = parse_config(text, "m/config.pbtxt")
+    parsed.name = "m"
+    with pytest.raises(ModelConfigError) as caught:
+        to_model_config(parsed, 1)
     assert message in str(caught.value)
 
 

@@ -46,6 +46,32 @@ def scale(path: Path, factor: float) -> Path:
     return _save(_model(graph), path)
 
 
+def channel_sums(path: Path) -> Path:
+    """Y[1, C, 1, 1] = the sums of X[1, C, H, W] over H and W: a fixed leading 1, as in
+    Triton's densenet example (FP32, C = 3, H = W = 4)."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["X", "axes"], ["Y"], keepdims=1)],
+        "channel_sums",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 3, 1, 1])],
+        [helper.make_tensor("axes", TensorProto.INT64, [2], [2, 3])],
+    )
+    return _save(_model(graph), path)
+
+
+def row_double(path: Path) -> Path:
+    """Y[N] = 2 X[N] over INT64: one value per batch row (the batch dimension alone)."""
+    two = helper.make_tensor("two", TensorProto.INT64, [1], [2])
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["X", "two"], ["Y"])],
+        "row_double",
+        [helper.make_tensor_value_info("X", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("Y", TensorProto.INT64, ["N"])],
+        [two],
+    )
+    return _save(_model(graph), path)
+
+
 def _model(graph: object) -> object:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8  # readable by every onnxruntime the extra allows

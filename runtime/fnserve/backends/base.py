@@ -121,12 +121,10 @@ class ModelSignature:
     guessed: bool = False
 
     def batchable(self) -> bool:
-        """Triton's autocomplete rule, every tensor has a variable first dim, and rank >= 2:
-        Triton serves a tensor of the batch dimension alone as dims [1] through `reshape`,
-        which fnserve does not implement, so such a model is served unbatched."""
+        """Triton's autocomplete rule: every tensor has rank >= 1 and a variable first dim."""
         if self.guessed:
             return False
-        return all(len(t.dims) >= 2 and t.dims[0] == -1 for t in (*self.inputs, *self.outputs))
+        return all(len(t.dims) >= 1 and t.dims[0] == -1 for t in (*self.inputs, *self.outputs))
 
 
 class _Named(Protocol):

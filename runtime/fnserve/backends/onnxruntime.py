@@ -271,15 +271,17 @@ def _check_dims(
         raise RepositoryError(
             f"{where}: {kind} '{tensor.name}' has shape {list(file_dims)} in the model file, "
             f"whose first dimension must be -1 (dynamic) for max_batch_size {max_batch_size} "
-            f"(the config's dims {list(tensor.dims)} follow the batch dimension)"
+            f"(the config's dims {list(tensor.model_dims)} follow the batch dimension)"
         )
-    full = [-1, *tensor.dims] if batching else list(tensor.dims)
+    dims = tensor.model_dims  # a reshape is what the model itself sees
+    full = [-1, *dims] if batching else list(dims)
     if len(full) != len(file_dims) or any(
         f != -1 and f != d for f, d in zip(file_dims, full, strict=True)
     ):
         shape = f", shape {full} with the batch dimension" if batching else ""
+        said = "dims" if tensor.reshape is None else "reshape"
         raise RepositoryError(
-            f"{where}: {kind} '{tensor.name}' has dims {list(tensor.dims)} in the config"
+            f"{where}: {kind} '{tensor.name}' has {said} {list(dims)} in the config"
             f"{shape}, but the model file's shape is {list(file_dims)}"
         )
 

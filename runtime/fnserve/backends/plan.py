@@ -115,7 +115,8 @@ def _check_tensor(
             f"{where}: input '{tensor.name}' is optional in the config, but a TensorRT engine "
             f"needs every input"
         )
-    shape = config.full_shape(tensor)
+    dims = tensor.model_dims  # a reshape is what the engine itself sees
+    shape = [-1, *dims] if config.batching else list(dims)
     fits = len(shape) == len(found.dims) and all(
         e == -1 or c == e for c, e in zip(shape, found.dims, strict=True)
     )

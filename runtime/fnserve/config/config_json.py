@@ -80,17 +80,27 @@ def _warmup_json(w: Warmup) -> dict[str, Any]:
 
 
 def _input_json(t: Tensor) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "name": t.name,
         "data_type": config_type(t.datatype),
-        "format": "FORMAT_NONE",
+        "format": t.format,
         "dims": list(t.dims),
         "optional": t.optional,
     }
+    if t.reshape is not None:
+        doc["reshape"] = {"shape": list(t.reshape)}
+    return doc
 
 
 def _output_json(t: Tensor) -> dict[str, Any]:
-    return {"name": t.name, "data_type": config_type(t.datatype), "dims": list(t.dims)}
+    doc: dict[str, Any] = {
+        "name": t.name,
+        "data_type": config_type(t.datatype),
+        "dims": list(t.dims),
+    }
+    if t.reshape is not None:
+        doc["reshape"] = {"shape": list(t.reshape)}
+    return doc
 
 
 def _group_json(model: str, index: int, g: InstanceGroup) -> dict[str, Any]:

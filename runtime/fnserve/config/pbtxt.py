@@ -50,7 +50,9 @@ _SUPPORTED = frozenset(
         "version_policy", "version_policy.latest", "version_policy.latest.num_versions",
         "version_policy.all", "version_policy.specific", "version_policy.specific.versions",
         "input", "input.name", "input.data_type", "input.dims", "input.optional",
+        "input.reshape", "input.reshape.shape", "input.format",
         "output", "output.name", "output.data_type", "output.dims",
+        "output.reshape", "output.reshape.shape",
         "instance_group", "instance_group.name", "instance_group.count", "instance_group.kind",
         "instance_group.gpus",
         "dynamic_batching", "dynamic_batching.preferred_batch_size",
@@ -88,9 +90,6 @@ _UNSUPPORTED = {
     "optimization.output_pinned_memory": "pinned-memory settings are not implemented",
     "optimization.gather_kernel_buffer_threshold": "the gather kernel is not implemented",
     "optimization.eager_batching": "eager batching is not implemented",
-    "input.reshape": "reshape is not implemented",
-    "output.reshape": "reshape is not implemented",
-    "input.format": "input formats are not implemented",
     "input.is_shape_tensor": "shape tensors are TensorRT-only and not implemented",
     "output.is_shape_tensor": "shape tensors are TensorRT-only and not implemented",
     "input.allow_ragged_batch": "ragged batching is not implemented",
@@ -261,7 +260,12 @@ def _version_policy(p: pb.ModelVersionPolicy) -> VersionPolicy:
 
 def _tensor(t: Any, model: str, optional: bool = False) -> Tensor:
     where = f"model '{model}' tensor '{t.name}'"
-    return Tensor(t.name, datatype(t.data_type, where), list(t.dims), optional)
+    reshape = list(t.reshape.shape) if t.HasField("reshape") else None
+    layout = pb.ModelInput.Format.Name(t.format) if isinstance(t, pb.ModelInput) else None
+    return Tensor(
+        t.name, datatype(t.data_type, where), list(t.dims), optional, reshape,
+        layout or "FORMAT_NONE",
+    )  # fmt: skip
 
 
 def _group(g: pb.ModelInstanceGroup) -> InstanceGroup:

@@ -46,6 +46,13 @@ class Tensor:
         datatype: protocol name: BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, BYTES, BF16.
         dims: shape without the batch dimension when max_batch_size > 0; -1 means any size.
         optional: (inputs only) the request may leave it out.
+        reshape: (Triton's `reshape`) the shape the model itself takes or gives, when it
+            differs from `dims`, the shape on the wire (batch dimension apart, as dims): the
+            same elements, each variable dim matching the variable dim of `dims` in the same
+            order. `[]` for a model that takes one value per batch row.
+        format: (inputs, Triton's `format`) the image layout clients should send:
+            FORMAT_NONE, FORMAT_NCHW or FORMAT_NHWC; a hint for clients, shown by the config
+            API.
 
     Example:
         `Tensor("INPUT0", "FP32", [-1])`
@@ -55,17 +62,26 @@ class Tensor:
     datatype: str
     dims: Sequence[int]
     optional: bool = False
+    reshape: Sequence[int] | None = None
+    format: str = "FORMAT_NONE"
 
     def __post_init__(self) -> None:
-        dims = self.dims
-        # Checked here because tuple(4) would say "'int' object is not iterable"; the values
-        # are checked with the rest of the model's declaration.
-        if isinstance(dims, str | bytes) or not isinstance(dims, Sequence):
-            raise ModelConfigError(
-                f"tensor '{self.name}': dims must be a list of ints such as [4] or [-1], "
-                f"got {dims!r}"
-            )
-        freeze_field(self, "dims", tuple)
+        for field_name, dims in (("dims", self.dims), ("reshape", self.reshape)):
+            if dims is None and field_name == "reshape":
+                continue
+            # Checked here because tuple(4) would say "'int' object is not iterable"; the
+            # values are checked with the rest of the model's declaration.
+            if isinstance(dims, str | bytes) or not isinstance(dims, Sequence):
+                raise ModelConfigError(
+                    f"tensor '{self.name}': {field_name} must be a list of ints such as [4] or "
+                    f"[-1], got {dims!r}"
+                )
+            freeze_field(self, field_name, tuple)
+
+    @property
+    def model_dims(self) -> Sequence[int]:
+        """The dims the model itself takes or gives: `reshape` when set, else `dims`."""
+        return self.dims if self.reshape is None else self.reshape
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,10 @@ class TensorPlan:
             for t in config.outputs
             if t.datatype != "BYTES"  # any string-like dtype goes: left to the detailed check
         )
-        self._all_outputs = len(self._outputs) == len(config.outputs)
+        # (a reshaped output is checked against its reshape, in detail)
+        self._all_outputs = len(self._outputs) == len(config.outputs) and all(
+            t.reshape is None for t in config.outputs
+        )
         self._single_output = config.outputs[0].name if len(config.outputs) == 1 else None
         self._output_names = frozenset(t.name for t in config.outputs)
 

@@ -5,6 +5,7 @@ parameter is reconciled."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 _KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
 _ACTIONS = ("REJECT", "DELAY")
 _ISOLATIONS = ("thread", "process")
+_FORMATS = ("FORMAT_NONE", "FORMAT_NCHW", "FORMAT_NHWC")  # Triton's input formats
 
 
 def validate(config: ModelConfig) -> None:
@@ -216,10 +218,35 @@ class _ConfigValidator:
                     f"{field_name} '{t.name}': dims must be a non-empty list of integers >= -1, "
                     f"got {list(t.dims)}"
                 )
+            if t.reshape is not None:
+                self._reshape(field_name, t)
+            if t.format not in _FORMATS:
+                self.fail(
+                    f"{field_name} '{t.name}': format must be one of {', '.join(_FORMATS)}, "
+                    f"got {t.format!r}"
+                )
             if type(t.optional) is not bool:
                 self.fail(f"{field_name} '{t.name}': optional must be true or false")
             if field_name == "outputs" and t.optional:
                 self.fail(f"output '{t.name}': only inputs can be optional")
+
+    def _reshape(self, field_name: str, t: Tensor) -> None:
+        """Triton's rule: the same elements, and as many variable dims on both sides (the
+        n-th variable dim of `reshape` takes the n-th of `dims`)."""
+        assert t.reshape is not None
+        if any(not _is_int(d) or d < -1 for d in t.reshape):
+            self.fail(
+                f"{field_name} '{t.name}': reshape must be a list of integers >= -1, "
+                f"got {list(t.reshape)}"
+            )
+        fixed = [math.prod(d for d in dims if d != -1) for dims in (t.dims, t.reshape)]
+        variable = [list(dims).count(-1) for dims in (t.dims, t.reshape)]
+        if fixed[0] != fixed[1] or variable[0] != variable[1]:
+            self.fail(
+                f"{field_name} '{t.name}': reshape {list(t.reshape)} does not hold the same "
+                f"elements as dims {list(t.dims)} (fixed sizes multiply to {fixed[1]} and "
+                f"{fixed[0]}; variable dims {variable[1]} and {variable[0]})"
+            )
 
     def _group(self, g: InstanceGroup) -> None:
         if not isinstance(g, InstanceGroup):

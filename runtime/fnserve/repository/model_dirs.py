@@ -226,18 +226,21 @@ def _complete(message: pb.ModelConfig, file: Path, backend: str) -> None:
         )
     if not message.input:
         for tensor in signature.inputs:
-            message.input.add(
-                name=tensor.name,
-                data_type=config_datatype(tensor.datatype),
-                dims=tensor.dims[strip:],
-            )
+            _declare(message.input.add(), tensor, strip)
     if not message.output:
         for tensor in signature.outputs:
-            message.output.add(
-                name=tensor.name,
-                data_type=config_datatype(tensor.datatype),
-                dims=tensor.dims[strip:],
-            )
+            _declare(message.output.add(), tensor, strip)
+
+
+def _declare(entry: pb.ModelInput | pb.ModelOutput, tensor: Tensor, strip: int) -> None:
+    """Fill a config tensor from the file's; one of the batch dimension alone becomes dims [1]
+    with `reshape { shape: [] }`, as Triton completes it (dims may not be empty)."""
+    entry.name = tensor.name
+    entry.data_type = config_datatype(tensor.datatype)  # type: ignore[assignment]
+    dims = tensor.dims[strip:]
+    entry.dims.extend(dims or [1])
+    if not dims:
+        entry.reshape.SetInParent()
 
 
 def _check_batchable(max_batch_size: int, signature: ModelSignature) -> None:

@@ -20,6 +20,7 @@ from fnserve.config.model_config import ModelConfig, Tensor
 from fnserve.errors import FnserveError, ModelExecutionError, OutOfMemoryError
 from fnserve.scheduling.oom import describe, is_out_of_memory
 from fnserve.scheduling.request import PendingRequest
+from fnserve.scheduling.reshape import Reshapes
 from fnserve.tensors import numpy_dtype
 from fnserve.types import Array, ParamValue
 
@@ -49,6 +50,12 @@ class BatchRunner:
         self.client: ModelClient | None = None  # set when the model may call other models
         self._outputs = config.outputs
         self._dtypes = {t.name: numpy_dtype(t.datatype) for t in config.outputs}
+        reshapes = Reshapes(config)  # Triton's `reshape`: None when no tensor declares one
+        self._reshapes = reshapes if reshapes.inputs or reshapes.outputs else None
+        # each reshaped output as the model gives it, to check what it returned
+        self._model_side = {
+            t.name: Tensor(t.name, t.datatype, t.model_dims) for t in reshapes.outputs.values()
+        }
         self._model_errors = _ModelErrors(
             config.name, debug_errors
         )  # stateless, so one serves every batch
@@ -99,7 +106,7 @@ class BatchRunner:
     def _run_each(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]:
         """`run` for a backend that takes the requests one by one."""
         t0 = time.perf_counter_ns()
-        requests = _one_by_one(batch)
+        requests = _one_by_one(batch, self._reshapes)
         tokens = None if self.client is None else self._enter_calls(batch)
         try:
             answers = self.backend.execute_each(requests)  # type: ignore[attr-defined]
@@ -115,7 +122,7 @@ class BatchRunner:
     async def _arun_each(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]:
         """`_run_each` for async backends."""
         t0 = time.perf_counter_ns()
-        requests = _one_by_one(batch)
+        requests = _one_by_one(batch, self._reshapes)
         tokens = None if self.client is None else self._enter_calls(batch)
         try:
             answers = await self.backend.aexecute_each(requests)  # type: ignore[attr-defined]
@@ -156,6 +163,8 @@ class BatchRunner:
     ) -> Any:
         """Call the model on merged inputs; anything it raises becomes ModelExecutionError
         (OutOfMemoryError when it says memory ran out)."""
+        if self._reshapes is not None:
+            inputs = self._reshapes.model_inputs(inputs)
         try:
             return self.backend.execute(inputs, parameters)
         except FnserveError:
@@ -167,6 +176,8 @@ class BatchRunner:
         self, inputs: Mapping[str, Array], parameters: Sequence[Mapping[str, ParamValue]]
     ) -> Any:
         """`call` for async models."""
+        if self._reshapes is not None:
+            inputs = self._reshapes.model_inputs(inputs)
         try:
             return await self.backend.aexecute(inputs, parameters)
         except FnserveError:
@@ -255,16 +266,27 @@ class BatchRunner:
                 f"model '{name}' output '{spec.name}': expected {rows} rows in the batch "
                 f"dimension, got shape {list(array.shape)}"
             )
-        if not self.config.matches_dims(spec, array.shape):
+        model_side = self._model_side.get(spec.name, spec)
+        if not self.config.matches_dims(model_side, array.shape):
             raise ModelExecutionError(
                 f"model '{name}' output '{spec.name}': expected shape "
-                f"{self.config.full_shape(spec)}, got {list(array.shape)}"
+                f"{self.config.full_shape(model_side)}, got {list(array.shape)}"
             )
+        if self._reshapes is not None and spec.name in self._model_side:
+            return self._reshapes.wire_output(spec, array)
         return array
 
 
-def _one_by_one(batch: Sequence[PendingRequest]) -> list[OneRequest]:
-    return [OneRequest(e.inputs, e.parameters, e.requested, e.request_id) for e in batch]
+def _one_by_one(batch: Sequence[PendingRequest], reshapes: Reshapes | None) -> list[OneRequest]:
+    return [
+        OneRequest(
+            e.inputs if reshapes is None else reshapes.model_inputs(e.inputs),
+            e.parameters,
+            e.requested,
+            e.request_id,
+        )
+        for e in batch
+    ]
 
 
 def split_outputs(
