@@ -6,10 +6,11 @@ mistake in user code fails with a message that says what to fix, never with a br
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -107,25 +108,25 @@ class BatchRunner:
         """`run` for a backend that takes the requests one by one."""
         t0 = time.perf_counter_ns()
         requests = _one_by_one(batch, self._reshapes)
-        tokens = None if self.client is None else self._enter_calls(batch)
-        try:
+        with self._each_call(batch):
             answers = self.backend.execute_each(requests)  # type: ignore[attr-defined]
-        except FnserveError:
-            raise
-        except Exception as exc:
-            raise self.model_error(exc, sum(e.rows for e in batch), len(batch)) from exc
-        finally:
-            if tokens is not None:
-                _leave_calls(tokens)
         return self._finish_each(batch, answers, t0)
 
     async def _arun_each(self, batch: Sequence[PendingRequest]) -> tuple[Results, ExecutionTimes]:
         """`_run_each` for async backends."""
         t0 = time.perf_counter_ns()
         requests = _one_by_one(batch, self._reshapes)
+        with self._each_call(batch):
+            answers = await self.backend.aexecute_each(requests)  # type: ignore[attr-defined]
+        return self._finish_each(batch, answers, t0)
+
+    @contextlib.contextmanager
+    def _each_call(self, batch: Sequence[PendingRequest]) -> Iterator[None]:
+        """Around a per-request backend's call: the batch's call chain for the model's calls
+        to other models, and what it raises made a ModelExecutionError (as `call` does)."""
         tokens = None if self.client is None else self._enter_calls(batch)
         try:
-            answers = await self.backend.aexecute_each(requests)  # type: ignore[attr-defined]
+            yield
         except FnserveError:
             raise
         except Exception as exc:
@@ -133,7 +134,6 @@ class BatchRunner:
         finally:
             if tokens is not None:
                 _leave_calls(tokens)
-        return self._finish_each(batch, answers, t0)
 
     def _finish_each(
         self, batch: Sequence[PendingRequest], answers: Sequence[Answer], t0: int
