@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from fnserve import __version__
 from fnserve.backends.base import ModelSpec
+from fnserve.classification import check_classification, classify
 from fnserve.config.model_config import ModelConfig, Tensor, VersionPolicy
 from fnserve.config.server import ModelDefaults
 from fnserve.errors import (
@@ -62,6 +63,9 @@ from fnserve.types import (
 )
 
 log = logging.getLogger(__name__)
+# Classification of outputs up to this many elements runs on the event loop (well under a
+# millisecond); larger ones on a worker thread.
+_INLINE_CLASSIFY_ELEMENTS = 4096
 
 
 class LifecycleRecord(NamedTuple):
@@ -75,6 +79,7 @@ class LifecycleRecord(NamedTuple):
 
 
 EXTENSIONS = (
+    "classification",
     "model_configuration",
     "statistics",
     "model_repository",
@@ -352,6 +357,8 @@ class Runtime:
         """
         handle = self.registry.resolve(request.model_name, request.model_version, True)
         prepare(handle.config, request).future.cancel()
+        if request.classification:
+            check_classification(handle.config, request.classification)
 
     def call_now(
         self,
@@ -397,6 +404,8 @@ class Runtime:
             DeadlineExceededError, ModelExecutionError: see `fnserve.errors`.
         """
         loaded, outputs = await self._run(request, background)
+        if request.classification:
+            return await _classified(loaded, request, outputs)
         return _response(loaded, request, outputs)
 
     async def infer_outputs(
@@ -422,6 +431,8 @@ class Runtime:
         self._inflight += 1
         self._background_inflight += background
         try:
+            if request.classification:
+                check_classification(loaded.config, request.classification)
             outputs = None
             direct = loaded.direct
             if (
@@ -471,6 +482,19 @@ def _failure_reason(exc: BaseException) -> str:
     if isinstance(exc, ModelExecutionError | DeadlineExceededError):
         return "BACKEND"  # Triton's reasons; timeouts also count in execution_timeouts
     return "OTHER"
+
+
+async def _classified(
+    loaded: LoadedModel, request: InferRequest, outputs: dict[str, Any]
+) -> InferResponse:
+    """The response with the outputs asked for as classes replaced by them; large ones are
+    sorted and formatted on a worker thread, to keep the event loop free."""
+    response = _response(loaded, request, outputs)
+    counts = request.classification
+    size = sum(o.data.size for o in response.outputs if o.name in counts)
+    if size <= _INLINE_CLASSIFY_ELEMENTS:
+        return classify(loaded.config, response, counts)
+    return await asyncio.to_thread(classify, loaded.config, response, counts)
 
 
 def _response(loaded: LoadedModel, request: InferRequest, outputs: dict[str, Any]) -> InferResponse:

@@ -25,6 +25,9 @@ Array: TypeAlias = Any
 NO_PARAMETERS: Mapping[str, ParamValue] = MappingProxyType({})
 """The parameters of a request or response that has none (shared, so it cannot change)."""
 
+NO_CLASSIFICATION: Mapping[str, int] = MappingProxyType({})
+"""The `classification` of a request that asks for no output as classes (shared)."""
+
 
 class InferInput(NamedTuple):
     """One input tensor of a request, already decoded.
@@ -59,6 +62,9 @@ class InferRequest(NamedTuple):
         outputs: names of the outputs wanted, or None for all of them.
         parameters: request parameters as sent (`priority`, `timeout`, custom keys); the core
             interprets the ones Triton defines and forwards the rest to the model.
+        classification: Triton's classification extension: output name -> k (>= 1), for the
+            outputs to answer as their top k classes per batch row (BYTES "value:index:label")
+            instead of the tensor; each is also listed in `outputs`.
     """
 
     model_name: str
@@ -68,6 +74,7 @@ class InferRequest(NamedTuple):
     outputs: tuple[str, ...] | None = None
     parameters: Mapping[str, ParamValue] = NO_PARAMETERS
     call_chain: tuple[str, ...] = ()  # models it is called from (in-process calls; not wire)
+    classification: Mapping[str, int] = NO_CLASSIFICATION
 
 
 class InferResponse(NamedTuple):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from fnserve.config.pbtxt import (
@@ -57,10 +60,6 @@ def test_a_full_config_becomes_a_model_config() -> None:
         ('name: "m"\nmax_batch_size: "eight"', "2:17"),  # a bad value: line and column
         ('name: "m"\nmax_batch_sise: 8', 'has no field named "max_batch_sise"'),
         ("sequence_batching { }", "field 'sequence_batching' is not supported: sequence"),
-        (
-            'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] label_filename: "l.txt" } ]',
-            "field 'output.label_filename' is not supported",
-        ),
         (
             "optimization { cuda { graphs: true } }",
             "field 'optimization.cuda' is not supported: CUDA graphs",
@@ -205,3 +204,46 @@ def test_other_optimization_fields_are_refused_by_name(field: str, value: str) -
     message = str(caught.value)
     assert f"field 'optimization.{field}' is not supported: " in message
     assert "not implemented" in message
+
+
+class TestLabelFilename:
+    TEXT = (
+        'name: "m" input [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ] '
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 3 ] label_filename: "%s" } ]'
+    )
+
+    def _config(self, filename: str, model_dir: Path | None) -> Any:
+        return to_model_config(
+            parse_config(self.TEXT % filename, "m/config.pbtxt"), 1, None, model_dir
+        )
+
+    def test_labels_are_read_one_per_line_as_triton_reads_them(self, tmp_path: Path) -> None:
+        (tmp_path / "labels.txt").write_bytes(b"cat\n\nbird\xff\n")
+        config = self._config("labels.txt", tmp_path)
+        (output,) = config.outputs
+        assert output.labels == ("cat", "", "bird\udcff")  # non-UTF-8 bytes kept as they are
+        assert config.to_json()["output"][0]["label_filename"] == "labels.txt"
+
+    def test_an_unlabelled_output_reports_an_empty_label_filename(self) -> None:
+        message = parse_config(FULL, "scaler/config.pbtxt")
+        assert to_model_config(message, 1).to_json()["output"][0]["label_filename"] == ""
+
+    @pytest.mark.parametrize(
+        ("filename", "message"),
+        [
+            ("../labels.txt", "label file path '../labels.txt' for output 'Y' in model 'm' is "
+             "outside model directory"),
+            ("/etc/hostname", "is outside model directory"),
+            ("missing.txt", "label file 'missing.txt' for output 'Y' in model 'm' cannot be "
+             "read: No such file or directory"),
+        ],
+    )  # fmt: skip
+    def test_a_file_outside_the_model_or_missing_fails(
+        self, tmp_path: Path, filename: str, message: str
+    ) -> None:
+        (tmp_path / "labels.txt").write_text("a\n")
+        model_dir = tmp_path / "m"
+        model_dir.mkdir()
+        with pytest.raises(ModelConfigError) as caught:
+            self._config(filename, model_dir)
+        assert message in str(caught.value)

@@ -46,6 +46,14 @@ def test_request_round_trips_with_binary_choices() -> None:
         assert got.data.tolist() == want.data.tolist()
 
 
+def test_a_classification_round_trips_and_its_absence_changes_no_bytes() -> None:
+    plain = _request()
+    classified = plain._replace(classification={"OUT": 3})
+    assert dict(decode_request(encode_request(classified))[0].classification) == {"OUT": 3}
+    assert decode_request(encode_request(plain))[0].classification == {}
+    assert b"classification" not in encode_request(plain)  # jobs stored before hash the same
+
+
 def test_response_round_trips() -> None:
     outputs = tuple(InferOutput(f"OUT_{dt}", dt, a) for dt, a in ARRAYS)
     response = InferResponse("m", "1", outputs, "req-9", {"p": "v"})

@@ -97,6 +97,7 @@ def _output_json(t: Tensor) -> dict[str, Any]:
         "name": t.name,
         "data_type": config_type(t.datatype),
         "dims": list(t.dims),
+        "label_filename": t.label_filename,  # Triton prints it, "" when unset
     }
     if t.reshape is not None:
         doc["reshape"] = {"shape": list(t.reshape)}

@@ -11,6 +11,7 @@ backend uses, as in Triton).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +53,7 @@ _SUPPORTED = frozenset(
         "input", "input.name", "input.data_type", "input.dims", "input.optional",
         "input.reshape", "input.reshape.shape", "input.format",
         "output", "output.name", "output.data_type", "output.dims",
-        "output.reshape", "output.reshape.shape",
+        "output.reshape", "output.reshape.shape", "output.label_filename",
         "instance_group", "instance_group.name", "instance_group.count", "instance_group.kind",
         "instance_group.gpus",
         "dynamic_batching", "dynamic_batching.preferred_batch_size",
@@ -93,7 +94,6 @@ _UNSUPPORTED = {
     "input.is_shape_tensor": "shape tensors are TensorRT-only and not implemented",
     "output.is_shape_tensor": "shape tensors are TensorRT-only and not implemented",
     "input.allow_ragged_batch": "ragged batching is not implemented",
-    "output.label_filename": "classification labels are not implemented",
     "batch_input": "batch inputs are not implemented",
     "batch_output": "batch outputs are not implemented",
     "response_cache": "the response cache is not implemented",
@@ -178,7 +178,10 @@ def config_datatype(protocol: str) -> int:
 
 
 def to_model_config(
-    message: pb.ModelConfig, version: int, warmup_dir: Path | None = None
+    message: pb.ModelConfig,
+    version: int,
+    warmup_dir: Path | None = None,
+    model_dir: Path | None = None,
 ) -> ModelConfig:
     """fnserve's `ModelConfig` for one version of a completed config message.
 
@@ -186,16 +189,18 @@ def to_model_config(
         message: the completed config.
         version: the version it is for.
         warmup_dir: where `input_data_file`s of warmup samples are (`<model>/warmup/`).
+        model_dir: the model's directory, where outputs' `label_filename`s are read.
 
     Raises:
-        ModelConfigError: a value fnserve (or Triton) refuses.
+        ModelConfigError: a value fnserve (or Triton) refuses, or a label file that cannot
+            be read or lies outside the model directory.
     """
     name = message.name
     backend = message.backend or PLATFORM_BACKENDS.get(message.platform, message.platform)
     return ModelConfig(
         name=name,
         inputs=[_tensor(t, name, optional=t.optional) for t in message.input],
-        outputs=[_tensor(t, name) for t in message.output],
+        outputs=[_output(t, name, model_dir) for t in message.output],
         version=version,
         max_batch_size=message.max_batch_size,
         dynamic_batching=_batching(message) if message.HasField("dynamic_batching") else None,
@@ -266,6 +271,42 @@ def _tensor(t: Any, model: str, optional: bool = False) -> Tensor:
         t.name, datatype(t.data_type, where), list(t.dims), optional, reshape,
         layout or "FORMAT_NONE",
     )  # fmt: skip
+
+
+def _output(t: pb.ModelOutput, model: str, model_dir: Path | None) -> Tensor:
+    tensor = _tensor(t, model)
+    if not t.label_filename:
+        return tensor
+    labels = read_labels(t.label_filename, f"output '{t.name}' in model '{model}'", model_dir)
+    return dataclasses.replace(tensor, labels=labels, label_filename=t.label_filename)
+
+
+def read_labels(filename: str, where: str, model_dir: Path | None) -> tuple[str, ...]:
+    """The lines of a label file in the model directory, as Triton reads them: split at
+    newlines (a last newline ends the last label); bytes that are not UTF-8 come back
+    unchanged in the answers (held as surrogate escapes).
+
+    Raises:
+        ModelConfigError: no model directory, a path outside it (Triton's message), or a
+            file that cannot be read.
+    """
+    if model_dir is None:
+        raise ModelConfigError(f"label file '{filename}' for {where}: no model directory")
+    path = model_dir / filename
+    if not path.resolve().is_relative_to(model_dir.resolve()):
+        raise ModelConfigError(
+            f"label file path '{filename}' for {where} is outside model directory"
+        )
+    try:
+        text = path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as exc:
+        raise ModelConfigError(
+            f"label file '{filename}' for {where} cannot be read: {exc.strerror}"
+        ) from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return tuple(lines)
 
 
 def _group(g: pb.ModelInstanceGroup) -> InstanceGroup:

@@ -53,9 +53,16 @@ class Tensor:
         format: (inputs, Triton's `format`) the image layout clients should send:
             FORMAT_NONE, FORMAT_NCHW or FORMAT_NHWC; a hint for clients, shown by the config
             API.
+        labels: (outputs) the class names, the i-th naming class i, for clients that ask
+            for the output as classes (Triton's classification extension): each class
+            comes back as "value:index:label" ("value:index" past the end of the list or
+            for an empty label).
+        label_filename: (outputs, Triton's `label_filename`) the file in the model
+            directory the `labels` were read from, one per line; shown by the config API.
 
     Example:
-        `Tensor("INPUT0", "FP32", [-1])`
+        `Tensor("INPUT0", "FP32", [-1])`, `Tensor("PROBS", "FP32", [3], labels=["cat",
+        "dog", "bird"])`
     """
 
     name: str
@@ -64,8 +71,16 @@ class Tensor:
     optional: bool = False
     reshape: Sequence[int] | None = None
     format: str = "FORMAT_NONE"
+    labels: Sequence[str] | None = None
+    label_filename: str = ""
 
     def __post_init__(self) -> None:
+        if self.labels is not None:
+            if isinstance(self.labels, str | bytes):
+                raise ModelConfigError(
+                    f"tensor '{self.name}': labels must be a list of strings, got {self.labels!r}"
+                )
+            freeze_field(self, "labels", tuple)
         for field_name, dims in (("dims", self.dims), ("reshape", self.reshape)):
             if dims is None and field_name == "reshape":
                 continue

@@ -229,6 +229,14 @@ class _ConfigValidator:
                 self.fail(f"{field_name} '{t.name}': optional must be true or false")
             if field_name == "outputs" and t.optional:
                 self.fail(f"output '{t.name}': only inputs can be optional")
+            if t.labels is not None or t.label_filename:
+                self._labels(field_name, t)
+
+    def _labels(self, field_name: str, t: Tensor) -> None:
+        if field_name != "outputs":
+            self.fail(f"input '{t.name}': only outputs can have labels")
+        if t.labels is None or any(type(label) is not str for label in t.labels):
+            self.fail(f"output '{t.name}': labels must be a list of strings, got {t.labels!r}")
 
     def _reshape(self, field_name: str, t: Tensor) -> None:
         """Triton's rule: the same elements, and as many variable dims on both sides (the

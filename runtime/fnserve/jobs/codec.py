@@ -20,7 +20,14 @@ import orjson
 
 from fnserve.errors import InvalidInputError
 from fnserve.tensors import check_shape, from_raw, to_raw
-from fnserve.types import InferInput, InferOutput, InferRequest, InferResponse, ParamValue
+from fnserve.types import (
+    NO_CLASSIFICATION,
+    InferInput,
+    InferOutput,
+    InferRequest,
+    InferResponse,
+    ParamValue,
+)
 
 _REQUEST_MAGIC = b"FNJQ1"
 _RESPONSE_MAGIC = b"FNJR1"
@@ -57,6 +64,8 @@ def encode_request(request: InferRequest, binary: BinaryOutputs | None = None) -
         "parameters": dict(request.parameters),
         "binary": {"default": binary.default, "outputs": dict(binary.outputs)},
     }
+    if request.classification:  # only then: requests stored before keep their bytes
+        header["classification"] = dict(request.classification)
     return _pack(_REQUEST_MAGIC, header, request.inputs)
 
 
@@ -76,6 +85,7 @@ def decode_request(data: bytes) -> tuple[InferRequest, BinaryOutputs]:
         header["id"],
         None if outputs is None else tuple(outputs),
         parameters,
+        classification=header.get("classification") or NO_CLASSIFICATION,
     )
     binary = header["binary"]
     return request, BinaryOutputs(binary["default"], binary["outputs"])

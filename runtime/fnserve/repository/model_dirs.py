@@ -136,7 +136,7 @@ def read_model_dir(directory: Path) -> list[ModelFileSpec]:
         completed.backend = backend
         completed.platform = completed.platform or BACKEND_PLATFORMS.get(backend, "")
         _complete(completed, file, backend)
-        config = to_model_config(completed, version, directory / "warmup")
+        config = to_model_config(completed, version, directory / "warmup", directory)
         specs.append(ModelFileSpec(config, file, to_accelerators(completed)))
     return specs
 

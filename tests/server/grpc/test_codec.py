@@ -207,6 +207,33 @@ class TestRequestFields:
         with pytest.raises(InvalidInputError, match="parameter 'empty' has no value"):
             decode_request(msg)
 
+    def test_classification_counts_are_read_per_output(self) -> None:
+        msg = _request()
+        msg.outputs.add(name="A").parameters["classification"].int64_param = 5
+        msg.outputs.add(name="B")
+        request = decode_request(msg)
+        assert request.outputs == ("A", "B")
+        assert dict(request.classification) == {"A": 5}
+
+    @pytest.mark.parametrize(
+        ("field", "value", "message"),
+        [
+            ("int64_param", 0, "invalid value for 'classification' parameter, expected >= 1"),
+            ("int64_param", -2, "invalid value for 'classification' parameter"),
+            ("uint64_param", 2, "invalid value type for 'classification' parameter, expected "
+             "int64_param"),
+            ("string_param", "2", "expected int64_param"),
+        ],
+    )  # fmt: skip
+    def test_a_classification_not_a_positive_int64_param_is_refused(
+        self, field: str, value: Any, message: str
+    ) -> None:
+        msg = _request()
+        setattr(msg.outputs.add(name="Y").parameters["classification"], field, value)
+        with pytest.raises(InvalidInputError, match="output 'Y': ") as caught:
+            decode_request(msg)
+        assert message in str(caught.value)
+
     @pytest.mark.parametrize("version", ["", "1", "42"])
     def test_integer_versions_pass(self, version: str) -> None:
         assert check_version(version) == version

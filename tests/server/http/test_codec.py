@@ -19,7 +19,7 @@ from fnserve.server.http.codec import (
     encode_response,
     parse_header_length,
 )
-from fnserve.types import InferOutput, InferResponse
+from fnserve.types import NO_CLASSIFICATION, InferOutput, InferResponse
 
 NUMERIC = {
     "BOOL": np.bool_,
@@ -240,13 +240,33 @@ class TestMalformedRequest:
         with pytest.raises(UnsupportedError, match="shared memory"):
             _decode({"inputs": [_input(parameters=parameters)]})
 
-    @pytest.mark.parametrize(
-        ("parameters", "match"),
-        [({"classification": 2}, "classification"), ({"shared_memory_region": "r"}, "shared")],
-    )
-    def test_unsupported_output_features(self, parameters: dict[str, Any], match: str) -> None:
-        doc = {"inputs": [], "outputs": [{"name": "Y", "parameters": parameters}]}
-        with pytest.raises(UnsupportedError, match=match):
+    def test_shared_memory_output_is_unsupported(self) -> None:
+        doc = {
+            "inputs": [],
+            "outputs": [{"name": "Y", "parameters": {"shared_memory_region": "r"}}],
+        }
+        with pytest.raises(UnsupportedError, match="shared"):
+            _decode(doc)
+
+    def test_classification_counts_are_read_per_output(self) -> None:
+        outputs = [
+            {"name": "A", "parameters": {"classification": 3, "binary_data": True}},
+            {"name": "B", "parameters": {"classification": 0}},  # 0: the tensor itself
+            {"name": "C"},
+        ]
+        request, plan = _decode({"inputs": [], "outputs": outputs})
+        assert request.outputs == ("A", "B", "C")
+        assert dict(request.classification) == {"A": 3}
+        assert plan.is_binary("A")
+
+    def test_no_classification_shares_the_empty_mapping(self) -> None:
+        request, _ = _decode({"inputs": [], "outputs": [{"name": "Y"}]})
+        assert request.classification is NO_CLASSIFICATION
+
+    @pytest.mark.parametrize("count", [-1, 1.5, "2", True, None])
+    def test_a_classification_that_is_not_an_unsigned_integer_is_refused(self, count: Any) -> None:
+        doc = {"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": count}}]}
+        with pytest.raises(InvalidInputError, match="output 'Y': unable to set 'classification'"):
             _decode(doc)
 
 

@@ -25,7 +25,14 @@ from fnserve.tensors import (
     numpy_dtype,
     to_raw,
 )
-from fnserve.types import Array, InferInput, InferRequest, InferResponse, ParamValue
+from fnserve.types import (
+    NO_CLASSIFICATION,
+    Array,
+    InferInput,
+    InferRequest,
+    InferResponse,
+    ParamValue,
+)
 
 # Stream-only parameters: the request flag is dropped before the core sees the request; the
 # response flag marks the last response of a request.
@@ -135,20 +142,47 @@ def decode_request(msg: pb.ModelInferRequest, limits: InputLimits = DEFAULT_LIMI
             parameters or version, a name or size past `limits`.
     """
     version = check_target(msg.model_name, msg.model_version, limits)
+    inputs = _decode_inputs(msg, limits)
+    outputs, classes = _requested_outputs(msg, limits)
     return InferRequest(
         model_name=msg.model_name,
-        inputs=_decode_inputs(msg, limits),
+        inputs=inputs,
         model_version=version,
         id=msg.id,
-        outputs=_output_names(msg, limits),
+        outputs=outputs,
         parameters=split_parameters(msg),
+        classification=classes,
     )
 
 
-def _output_names(msg: pb.ModelInferRequest, limits: InputLimits) -> tuple[str, ...] | None:
+def _requested_outputs(
+    msg: pb.ModelInferRequest, limits: InputLimits
+) -> tuple[tuple[str, ...] | None, Mapping[str, int]]:
+    """The outputs asked for, and those asked for as classes (k)."""
     if not msg.outputs:
-        return None
-    return tuple(check_name("output name", o.name, limits) for o in msg.outputs)
+        return None, NO_CLASSIFICATION
+    names = []
+    classes: dict[str, int] = {}
+    for output in msg.outputs:
+        names.append(check_name("output name", output.name, limits))
+        if output.parameters and "classification" in output.parameters:
+            classes[output.name] = _class_count(output.name, output.parameters["classification"])
+    return tuple(names), classes or NO_CLASSIFICATION
+
+
+def _class_count(name: str, param: pb.InferParameter) -> int:
+    """Triton's rule (grpc_utils.cc): an int64_param of at least 1."""
+    if param.WhichOneof("parameter_choice") != "int64_param":
+        raise InvalidInputError(
+            f"output '{name}': invalid value type for 'classification' parameter, expected "
+            "int64_param"
+        )
+    if param.int64_param <= 0:
+        raise InvalidInputError(
+            f"output '{name}': invalid value for 'classification' parameter, expected >= 1, "
+            f"got {param.int64_param}"
+        )
+    return param.int64_param
 
 
 def _decode_inputs(msg: pb.ModelInferRequest, limits: InputLimits) -> tuple[InferInput, ...]:

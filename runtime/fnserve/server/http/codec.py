@@ -28,7 +28,13 @@ from fnserve.tensors import (
     to_json,
     to_raw,
 )
-from fnserve.types import InferInput, InferRequest, InferResponse, ParamValue
+from fnserve.types import (
+    NO_CLASSIFICATION,
+    InferInput,
+    InferRequest,
+    InferResponse,
+    ParamValue,
+)
 
 _SHARED_MEMORY_KEYS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
 # Frontend-only request parameter: it picks the output encoding and never reaches the core.
@@ -95,7 +101,7 @@ def decode_request(
 
     Raises:
         InvalidInputError: malformed JSON or tensors, a name or size past `limits`.
-        UnsupportedError: shared memory or classification asked for.
+        UnsupportedError: shared memory asked for.
     """
     check_model(model_name, model_version, limits)
     if header_length is None:
@@ -107,11 +113,13 @@ def decode_request(
         raise InvalidInputError(f"inference request must be a JSON object, got {_kind(doc)}")
     inputs = _decode_inputs(doc.get("inputs"), binary, limits)
     parameters, default_binary = _request_parameters(doc.get("parameters"))
-    outputs, plan = _requested_outputs(doc.get("outputs"), default_binary, limits)
+    outputs, plan, classes = _requested_outputs(doc.get("outputs"), default_binary, limits)
     request_id = doc.get("id", "")
     if type(request_id) is not str:
         raise InvalidInputError(f"request 'id' must be a string, got {quote(request_id)}")
-    request = InferRequest(model_name, inputs, model_version, request_id, outputs, parameters)
+    request = InferRequest(
+        model_name, inputs, model_version, request_id, outputs, parameters, classification=classes
+    )
     return request, plan
 
 
@@ -302,20 +310,37 @@ def _request_parameters(params: Any) -> tuple[dict[str, ParamValue], bool]:
 
 def _requested_outputs(
     specs: Any, default_binary: bool, limits: InputLimits
-) -> tuple[tuple[str, ...] | None, OutputPlan]:
+) -> tuple[tuple[str, ...] | None, OutputPlan, Mapping[str, int]]:
+    """The outputs asked for, how each goes back, and those asked for as classes (k)."""
     if specs is None:
-        return None, OutputPlan(default_binary)
+        return None, OutputPlan(default_binary), NO_CLASSIFICATION
     if type(specs) is not list:
         raise InvalidInputError(f"request 'outputs' must be a list, got {_kind(specs)}")
     binary: dict[str, bool] = {}
+    classes: dict[str, int] = {}
     for spec in specs:
         if type(spec) is not dict or type(spec.get("name")) is not str:
             raise InvalidInputError(
                 f"each requested output needs a string 'name', got {quote(spec)}"
             )
         name = check_name("output name", spec["name"], limits)
-        binary[name] = _output_binary(name, spec.get("parameters"))
-    return tuple(binary), OutputPlan(default_binary, binary)
+        params = spec.get("parameters")
+        binary[name] = _output_binary(name, params)
+        if params and "classification" in params:
+            count = _class_count(name, params["classification"])
+            if count:  # 0 asks for the tensor itself, as in Triton
+                classes[name] = count
+    return tuple(binary), OutputPlan(default_binary, binary), classes or NO_CLASSIFICATION
+
+
+def _class_count(name: str, value: Any) -> int:
+    """Triton reads `classification` as an unsigned integer (400 otherwise)."""
+    if type(value) is not int or value < 0:
+        raise InvalidInputError(
+            f"output '{name}': unable to set 'classification', expected an unsigned integer, "
+            f"got {quote(value)}"
+        )
+    return value
 
 
 def _output_binary(name: str, params: Any) -> bool:
@@ -325,8 +350,6 @@ def _output_binary(name: str, params: Any) -> bool:
         raise InvalidInputError(f"output '{name}': 'parameters' must be an object")
     if any(key in params for key in _SHARED_MEMORY_KEYS):
         raise UnsupportedError(f"output '{name}': shared memory is not supported by fnserve")
-    if params.get("classification"):
-        raise UnsupportedError(f"output '{name}': classification is not supported by fnserve")
     flag = params.get("binary_data", False)
     if type(flag) is not bool:
         raise InvalidInputError(
