@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+import tritonclient.http as httpclient
 
 _ENDPOINT = re.compile(r"\s+(HTTP|gRPC|metrics)\s+(\S+)")
 
@@ -132,6 +133,13 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
             raise
+
+    def http_client(self, concurrency: int = 1) -> httpclient.InferenceServerClient:
+        """A tritonclient HTTP client of this server (`concurrency` connections, for its
+        `async_infer`)."""
+        return httpclient.InferenceServerClient(
+            self.http.removeprefix("http://"), concurrency=concurrency
+        )
 
     def __enter__(self) -> ServerProcess:
         return self

@@ -56,6 +56,11 @@ class SumDiff(torch.nn.Module):
         return a + b, (a - b).to(torch.int32)
 
 
+class Offset(torch.nn.Module):
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return x if bias is None else x + bias
+
+
 class Scaled(torch.nn.Module):
     def forward(self, x: torch.Tensor, factor: int) -> torch.Tensor:
         return x * factor
@@ -181,6 +186,14 @@ def test_declared_inputs_drive_the_trial_run(tmp_path: Path) -> None:
     signature = describe(path, [Tensor("x", "FP32", [-1, 6])])
     assert signature.inputs == (Tensor("x", "FP32", [-1, 6]),)
     assert signature.outputs == (Tensor("OUTPUT__0", "FP32", [-1, -1]),)
+
+
+def test_an_optional_tensor_argument_is_an_optional_input(tmp_path: Path) -> None:
+    signature = describe(_script(Offset(), tmp_path / "model.pt"))
+    assert signature.inputs == (
+        Tensor("x", "FP32", [-1, -1]),
+        Tensor("bias", "FP32", [-1, -1], optional=True),
+    )
 
 
 def test_an_argument_that_is_not_a_tensor_asks_for_a_config(tmp_path: Path) -> None:

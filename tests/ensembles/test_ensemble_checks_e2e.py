@@ -111,14 +111,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         assert running.stop() == 0
 
 
-def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http.removeprefix("http://"))
-
-
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_a_bad_ensemble_fails_its_load_with_the_reason(server: ServerProcess, name: str) -> None:
     expected = f"ensemble '{name}' {BAD[name][1]}"
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client().get_model_repository_index()}
     assert index[name]["state"] == "UNAVAILABLE"
     assert expected in index[name]["reason"]
     grpc = grpcclient.InferenceServerClient(server.grpc)
@@ -126,13 +122,13 @@ def test_a_bad_ensemble_fails_its_load_with_the_reason(server: ServerProcess, na
     assert (row.state, expected in row.reason) == ("UNAVAILABLE", True)
     assert expected in server.output()  # logged with the state change
     with pytest.raises(InferenceServerException, match="failed to load") as failed:
-        _http(server).load_model(name)  # a repository load fails the same way
+        server.http_client().load_model(name)  # a repository load fails the same way
     assert expected in failed.value.message()
-    assert not _http(server).is_model_ready(name)
+    assert not server.http_client().is_model_ready(name)
 
 
 def test_good_ensembles_and_their_steps_serve_beside_the_bad_ones(server: ServerProcess) -> None:
-    http = _http(server)
+    http = server.http_client()
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     tensor = httpclient.InferInput("IN", [2, 4], "FP32")
     tensor.set_data_from_numpy(x)
@@ -147,7 +143,7 @@ def test_good_ensembles_and_their_steps_serve_beside_the_bad_ones(server: Server
 
 
 def test_a_python_ensemble_whose_steps_disagree_on_a_datatype_fails(server: ServerProcess) -> None:
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client().get_model_repository_index()}
     assert index["mismatched"]["state"] == "UNAVAILABLE"
     assert (
         "ensemble 'mismatched' step 1 ('count'): ensemble tensor 'A' is FP32 [-1, 1] as output "
@@ -163,7 +159,7 @@ def test_an_ensemble_loads_once_its_missing_step_arrives(tmp_path: Path) -> None
     (root / "add_two" / "config.pbtxt").write_text(_ensemble())
     args = (root, "--model-control-mode", "explicit", "--load-model", "add_two", "--allow-empty")
     with ServerProcess.start(*args) as server:
-        http = _http(server)
+        http = server.http_client()
         (row,) = [e for e in http.get_model_repository_index() if e["name"] == "add_two"]
         assert row["state"] == "UNAVAILABLE"
         assert "model 'add_one' is not available: unknown model 'add_one'" in row["reason"]
@@ -191,7 +187,7 @@ def test_an_edit_that_breaks_an_ensemble_keeps_the_old_one_serving(tmp_path: Pat
     config = tmp_path / "add_two" / "config.pbtxt"
     config.write_text(_ensemble())
     with ServerProcess.start(tmp_path) as server:
-        http = _http(server)
+        http = server.http_client()
         config.write_text(_ensemble(input_map='input_map { key: "Q" value: "IN" }') + "\n")
         with pytest.raises(InferenceServerException, match="input_map key\\(s\\) \\['Q'\\]"):
             http.load_model("add_two")

@@ -82,12 +82,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         assert running.stop() == 0
 
 
-def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http.removeprefix("http://"))
-
-
 def test_a_model_without_config_is_completed_from_its_file(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client()
     config = client.get_model_config("add_one")
     assert config["platform"] == "onnxruntime_onnx"
     assert config["backend"] == "onnxruntime"
@@ -108,7 +104,7 @@ def test_a_config_setting_only_max_batch_size_gets_the_dynamic_batcher(
     server: ServerProcess,
 ) -> None:
     """As Triton's backends complete it: the file batches and the config chose no scheduler."""
-    config = _http(server).get_model_config("sixteen")
+    config = server.http_client().get_model_config("sixteen")
     assert config["max_batch_size"] == 16
     assert "dynamic_batching" in config
     assert [(t["name"], t["dims"]) for t in config["input"]] == [("X", [4])]
@@ -126,7 +122,7 @@ def test_versions_follow_the_policy_over_grpc(server: ServerProcess) -> None:
 
 
 def test_bad_directories_fail_alone_with_their_reason(server: ServerProcess) -> None:
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client().get_model_repository_index()}
     assert index["add_one"]["state"] == "READY"
     assert index["echo"]["state"] == "READY"
     assert index["sequenced"]["state"] == "UNAVAILABLE"
@@ -134,13 +130,13 @@ def test_bad_directories_fail_alone_with_their_reason(server: ServerProcess) -> 
     assert index["garbage"]["state"] == "UNAVAILABLE"
     assert "garbage" in index["garbage"]["reason"]
     with pytest.raises(InferenceServerException, match="sequence_batching"):
-        _http(server).get_model_metadata("sequenced")
+        server.http_client().get_model_metadata("sequenced")
 
 
 def test_decoupled_false_serves_and_decoupled_true_fails_with_the_reason(
     server: ServerProcess,
 ) -> None:
-    client = _http(server)
+    client = server.http_client()
     assert client.is_model_ready("transactional")
     index = {e["name"]: e for e in client.get_model_repository_index()}
     assert index["decoupled"]["state"] == "UNAVAILABLE"
@@ -165,7 +161,7 @@ def test_decoupled_false_serves_and_decoupled_true_fails_with_the_reason(
 def test_the_config_api_reports_the_version_policy(
     server: ServerProcess, model: str, policy: dict[str, dict[str, Any]]
 ) -> None:
-    assert _http(server).get_model_config(model)["version_policy"] == policy
+    assert server.http_client().get_model_config(model)["version_policy"] == policy
     grpc = grpcclient.InferenceServerClient(server.grpc)
     reported = grpc.get_model_config(model).config.version_policy
     assert reported.WhichOneof("policy_choice") == next(iter(policy))
@@ -178,7 +174,7 @@ def test_kind_auto_is_reported_as_the_kind_it_ran_on(server: ServerProcess) -> N
     gpus = cuda_device_count()
     expected = ("KIND_GPU", list(range(gpus))) if gpus else ("KIND_CPU", [])
     for model in ("transactional", "add_one", "echo"):
-        (group,) = _http(server).get_model_config(model)["instance_group"]
+        (group,) = server.http_client().get_model_config(model)["instance_group"]
         assert (group["kind"], group["gpus"]) == expected
     grpc = grpcclient.InferenceServerClient(server.grpc)
     (group,) = grpc.get_model_config("transactional", as_json=True)["config"]["instance_group"]
@@ -221,7 +217,7 @@ def test_explicit_mode_loads_only_what_is_named(tmp_path: Path) -> None:
     with ServerProcess.start(
         root, "--model-control-mode", "explicit", "--load-model", "add_one"
     ) as server:
-        client = _http(server)
+        client = server.http_client()
         assert client.is_model_ready("add_one")
         assert not client.is_model_ready("scale")
         client.load_model("scale")
@@ -234,7 +230,7 @@ def test_none_and_poll_modes_refuse_loads_and_unloads_as_triton(tmp_path: Path, 
     root = repository(tmp_path / "repo")
     with ServerProcess.start(root, "--model-control-mode", mode) as server:
         refused = "explicit model load / unload is not allowed if polling is enabled"
-        http, grpc = _http(server), grpcclient.InferenceServerClient(server.grpc)
+        http, grpc = server.http_client(), grpcclient.InferenceServerClient(server.grpc)
         for call in (http.load_model, http.unload_model):
             with pytest.raises(InferenceServerException, match=refused) as caught:
                 call("scale")
@@ -282,7 +278,7 @@ def test_a_backend_fnserve_lacks_fails_only_that_model(tmp_path: Path) -> None:
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
     )
     with ServerProcess.start(root) as server:
-        index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+        index = {e["name"]: e for e in server.http_client().get_model_repository_index()}
         assert index["planned"]["state"] == "UNAVAILABLE"
         assert "backend 'tensorrt'" in index["planned"]["reason"]
         assert index["add_one"]["state"] == "READY"

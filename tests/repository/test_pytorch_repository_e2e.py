@@ -114,12 +114,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         assert running.stop() == 0
 
 
-def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http.removeprefix("http://"), concurrency=8)
-
-
 def test_config_and_metadata_say_pytorch(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client(concurrency=8)
     config = client.get_model_config("affine")
     assert config["platform"] == "pytorch_libtorch"
     assert config["backend"] == "pytorch"
@@ -131,7 +127,7 @@ def test_config_and_metadata_say_pytorch(server: ServerProcess) -> None:
 
 
 def test_torchscript_over_http_equals_numpy(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client(concurrency=8)
     xs = [np.random.default_rng(i).standard_normal((1 + i % 4, 3)).astype(np.float32)
           for i in range(16)]  # fmt: skip
     pending = []
@@ -162,7 +158,7 @@ def test_exported_program_over_grpc_maps_the_tuple_in_order(server: ServerProces
 
 
 def test_an_unloadable_file_fails_only_its_model(server: ServerProcess) -> None:
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client(concurrency=8).get_model_repository_index()}
     assert index["affine"]["state"] == "READY"
     assert index["sum_diff"]["state"] == "READY"
     assert index["broken"]["state"] == "UNAVAILABLE"
@@ -175,7 +171,7 @@ def test_an_unloadable_file_fails_only_its_model(server: ServerProcess) -> None:
 def test_a_torchscript_file_alone_serves_unbatched_with_forwards_names(
     server: ServerProcess,
 ) -> None:
-    client = _http(server)
+    client = server.http_client(concurrency=8)
     metadata = client.get_model_metadata("affine_auto")
     assert metadata["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
     assert metadata["outputs"] == [{"name": "OUTPUT__0", "datatype": "FP32", "shape": [-1, -1]}]
@@ -217,7 +213,7 @@ def test_an_exported_program_alone_serves_batched_with_its_dict_keys(
 def test_a_torchscript_file_it_cannot_describe_fails_with_the_remedy(
     server: ServerProcess,
 ) -> None:
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client(concurrency=8).get_model_repository_index()}
     assert index["rows_auto"]["state"] == "UNAVAILABLE"
     reason = index["rows_auto"]["reason"]
     assert "TorchScript keeps no tensor shapes or dtypes" in reason

@@ -62,12 +62,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         assert running.stop() == 0
 
 
-def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http.removeprefix("http://"))
-
-
 def test_a_densenet_style_reshape_serves_and_is_reported(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client()
     x = np.arange(48, dtype=np.float32).reshape(3, 4, 4)
     tensor = httpclient.InferInput("X", [3, 4, 4], "FP32")
     tensor.set_data_from_numpy(x)
@@ -83,7 +79,7 @@ def test_a_densenet_style_reshape_serves_and_is_reported(server: ServerProcess) 
 
 
 def test_a_reshape_of_other_elements_fails_the_load(server: ServerProcess) -> None:
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client().get_model_repository_index()}
     assert index["bad_reshape"]["state"] == "UNAVAILABLE"
     assert (
         "reshape [1, 3, 4, 5] does not hold the same elements as dims [3, 4, 4]"
@@ -105,7 +101,7 @@ def test_a_batch_only_tensor_completes_as_dims_1_reshaped_away(server: ServerPro
 
 
 def test_an_at_model_declares_reshape_too(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client()
     pending = []
     for value in (1.0, 2.0, 3.0):  # batched together: the model gets [rows], gives [rows, 2, 1]
         tensor = httpclient.InferInput("X", [1, 1], "FP32")

@@ -199,10 +199,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         assert running.stop() == 0
 
 
-def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http.removeprefix("http://"), concurrency=16)
-
-
 def _x(module: type, value: float, name: str = "X") -> object:
     tensor = module.InferInput(name, [1, 1], "FP32")  # type: ignore[attr-defined]
     tensor.set_data_from_numpy(np.array([[value]], np.float32))
@@ -212,7 +208,7 @@ def _x(module: type, value: float, name: str = "X") -> object:
 def test_each_request_of_a_batch_gets_its_own_answer(server: ServerProcess) -> None:
     """16 concurrent clients: the batcher puts several requests in one `execute`, and each
     request still reads its own `[0][0]` and gets its own row back."""
-    client = _http(server)
+    client = server.http_client(concurrency=16)
     pending = [client.async_infer("first_value", [_x(httpclient, float(i))]) for i in range(16)]
     rows = [p.get_result().as_numpy("Y") for p in pending]
     answers = [(float(y[0][0]), float(y[0][1])) for y in rows]
@@ -225,7 +221,7 @@ def test_an_error_code_reaches_the_client_with_its_status(
     server: ServerProcess, protocol: str
 ) -> None:
     if protocol == "http":
-        http = _http(server)
+        http = server.http_client(concurrency=16)
         with pytest.raises(InferenceServerException) as info:
             http.infer(
                 "first_value",
@@ -248,7 +244,7 @@ def test_an_error_code_reaches_the_client_with_its_status(
 
 
 def test_auto_complete_config_declares_a_model_without_config(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client(concurrency=16)
     config = client.get_model_config("self_declared")
     assert config["max_batch_size"] == 8
     assert "dynamic_batching" in config
@@ -262,7 +258,7 @@ def test_auto_complete_config_declares_a_model_without_config(server: ServerProc
 def test_auto_complete_config_contradicting_the_config_fails_the_load(
     server: ServerProcess,
 ) -> None:
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client(concurrency=16).get_model_repository_index()}
     assert index["contradicted"]["state"] == "UNAVAILABLE"
     reason = index["contradicted"]["reason"]
     assert "auto_complete_config" in reason
@@ -271,7 +267,7 @@ def test_auto_complete_config_contradicting_the_config_fails_the_load(
 
 
 def test_helper_modules_beside_model_py_are_each_models_own(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client(concurrency=16)
     a = client.infer("helped_a", [_x(httpclient, 5)]).as_numpy("Y")
     b = client.infer("helped_b", [_x(httpclient, 5)]).as_numpy("Y")
     assert (float(a[0][0]), float(b[0][0])) == (11.0, 115.0)
@@ -291,7 +287,7 @@ def test_bls_calls_the_model_a_bytes_input_names(server: ServerProcess) -> None:
 
 
 def test_custom_metrics_are_exported_on_the_metrics_port(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client(concurrency=16)
     for value in (0.5, 5.0, 50.0):
         client.infer("metered", [_x(httpclient, value)])
     text = httpx.get(server.metrics).text

@@ -64,17 +64,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         assert running.stop() == 0
 
 
-def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http.removeprefix("http://"))
-
-
 def _pair(rows: int) -> tuple[np.ndarray, np.ndarray]:
     a = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
     return a, np.full((rows, 4), 0.5, np.float32)
 
 
 def test_add_sub_over_http(server: ServerProcess) -> None:
-    client = _http(server)
+    client = server.http_client()
     assert client.is_model_ready("add_sub")
     config = client.get_model_config("add_sub")
     assert config["backend"] == "python"
@@ -105,11 +101,11 @@ def test_an_error_response_reaches_the_client(server: ServerProcess) -> None:
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(b)
     with pytest.raises(InferenceServerException, match="refused: INPUT0 looks wrong"):
-        _http(server).infer("refusing", inputs)
+        server.http_client().infer("refusing", inputs)
 
 
 def test_a_failing_initialize_fails_only_its_model(server: ServerProcess) -> None:
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client().get_model_repository_index()}
     assert index["add_sub"]["state"] == "READY"
     assert index["broken"]["state"] == "UNAVAILABLE"
     assert "initialize(args) failed" in index["broken"]["reason"]

@@ -88,10 +88,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         assert running.stop() == 0
 
 
-def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http.removeprefix("http://"))
-
-
 def _grpc(server: ServerProcess) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(server.grpc)
 
@@ -106,7 +102,7 @@ def _infer(client: object, model: str, name: str, x: np.ndarray, outputs: dict[s
 
 @pytest.fixture(params=["http", "grpc"])
 def client(request: pytest.FixtureRequest, server: ServerProcess) -> object:
-    return _http(server) if request.param == "http" else _grpc(server)
+    return server.http_client() if request.param == "http" else _grpc(server)
 
 
 X = np.array([[0.5, 0.25, 1.5, 1.0], [3.0, 2.0, 1.0, 4.0]], np.float32)
@@ -150,7 +146,7 @@ def test_a_bytes_output_is_refused_as_triton_refuses_it(server: ServerProcess) -
     x = np.array([[1, 2, 3]], np.int32)
     message = "class result not available for output due to unsupported type 'BYTES'"
     with pytest.raises(InferenceServerException) as http_error:
-        _infer(_http(server), "animals", "X", x, {"NAME": 1})
+        _infer(server.http_client(), "animals", "X", x, {"NAME": 1})
     assert http_error.value.status() == "400"
     assert message in http_error.value.message()
     with pytest.raises(InferenceServerException) as grpc_error:
@@ -184,14 +180,14 @@ def test_a_bad_count_is_refused(server: ServerProcess) -> None:
 
 
 def test_the_config_api_reports_label_filename(server: ServerProcess) -> None:
-    (output,) = _http(server).get_model_config("add_one")["output"]
+    (output,) = server.http_client().get_model_config("add_one")["output"]
     assert output["label_filename"] == "labels.txt"
     (output,) = _grpc(server).get_model_config("scale", as_json=True)["config"]["output"]
     assert output.get("label_filename", "") == ""  # proto3 JSON leaves out empty strings
 
 
 def test_a_label_file_outside_the_model_directory_fails_the_load(server: ServerProcess) -> None:
-    index = {e["name"]: e for e in _http(server).get_model_repository_index()}
+    index = {e["name"]: e for e in server.http_client().get_model_repository_index()}
     assert index["escaping"]["state"] == "UNAVAILABLE"
     reason = index["escaping"]["reason"]
     assert "label file path '../labels.txt' for output 'Y'" in reason

@@ -20,6 +20,7 @@ more, and a module the guess cannot run fails its load saying so.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -161,8 +162,9 @@ def _batch_bound(
 
 def _scripted(where: str, module: Any, declared: Sequence[Tensor]) -> ModelSignature:
     arguments = module.forward.schema.arguments[1:]  # [0] is self
+    optional = {a.name for a in arguments if _is_optional_tensor(a.type)}
     for arg in arguments:
-        if not isinstance(arg.type, torch.TensorType) and str(arg.type) != "Tensor?":
+        if not isinstance(arg.type, torch.TensorType) and arg.name not in optional:
             raise RepositoryError(
                 f"{where}: forward's argument '{arg.name}' is {arg.type}; fnserve completes "
                 f"configs of TorchScript modules whose inputs are tensors: declare input and "
@@ -179,7 +181,9 @@ def _scripted(where: str, module: Any, declared: Sequence[Tensor]) -> ModelSigna
             _guess_input(module, arg.name, value, default)
             for arg, value in zip(arguments, values, strict=True)
         ]
-        inputs = tuple(tensor for tensor, _ in guesses)
+        inputs = tuple(
+            dataclasses.replace(tensor, optional=tensor.name in optional) for tensor, _ in guesses
+        )
         probe_shapes = [shape for _, shape in guesses]
     probe = [
         torch.zeros(shape, dtype=_TORCH_DTYPES.get(t.datatype))
@@ -199,6 +203,13 @@ def _scripted(where: str, module: Any, declared: Sequence[Tensor]) -> ModelSigna
             f"{lines[-1] if lines else ''}; declare input and output in config.pbtxt"
         ) from exc
     return ModelSignature(inputs, _returned(where, result), guessed=not declared)
+
+
+def _is_optional_tensor(kind: Any) -> bool:
+    """`Optional[Tensor]` (an input the config may mark optional)."""
+    return isinstance(kind, torch.OptionalType) and isinstance(
+        kind.getElementType(), torch.TensorType
+    )
 
 
 def _returned(where: str, result: Any) -> tuple[Tensor, ...]:

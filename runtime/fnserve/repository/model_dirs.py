@@ -237,6 +237,8 @@ def _declare(entry: pb.ModelInput | pb.ModelOutput, tensor: Tensor, strip: int) 
     with `reshape { shape: [] }`, as Triton completes it (dims may not be empty)."""
     entry.name = tensor.name
     entry.data_type = config_datatype(tensor.datatype)  # type: ignore[assignment]
+    if isinstance(entry, pb.ModelInput):
+        entry.optional = tensor.optional
     dims = tensor.dims[strip:]
     entry.dims.extend(dims or [1])
     if not dims:
