@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -109,6 +110,7 @@ class CustomFamily:
 
 
 _LOCK = threading.Lock()
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # Prometheus' metric names (ASCII only)
 _FAMILIES: dict[str, CustomFamily] = {}
 
 
@@ -119,7 +121,7 @@ def family(name: str, description: str, kind: int) -> CustomFamily:
         CustomMetricError: an invalid name or kind, or the name already holds a family with
             another description or kind.
     """
-    if not name or not name.replace("_", "a").replace(":", "a").isalnum() or name[0].isdigit():
+    if not _NAME.fullmatch(name):
         raise CustomMetricError(f"invalid metric family name {name!r}")
     try:
         metric_kind = MetricKind(kind)
